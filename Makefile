@@ -1,0 +1,52 @@
+# sluice: every target works from a fresh clone; tools come from tools/go.mod.
+GO      ?= go
+TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
+# Every module of the repository; tools/ holds no code of ours.
+MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
+CODE_MODULES := $(filter-out tools/,$(MODULES))
+
+.PHONY: all test overload bench lint fmt check-tidy tidy ci
+
+all: ci
+
+## test: the race-enabled tests of every module, then the full overload
+## matrix of the default limiter, which -race only samples.
+test:
+	@set -e; for m in $(CODE_MODULES); do \
+		echo "== go test -race $$m"; \
+		(cd $$m && $(GO) test -race -count=1 ./...); \
+	done
+	@$(MAKE) --no-print-directory overload
+
+## overload: DESIGN.md's "defaults that protect" as a test, in virtual time.
+overload:
+	$(GO) test -count=1 -run TestDefaultsProtect ./limiter
+
+## bench: the benchmarks of the root module (the peer comparison lives in bench/).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count=5 ./... | tee bench.txt
+	$(TOOL) benchstat bench.txt
+
+## lint: formatting, go vet and staticcheck over every module.
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	@set -e; for m in $(CODE_MODULES); do \
+		echo "== vet + staticcheck $$m"; \
+		(cd $$m && $(GO) vet ./... && $(TOOL) staticcheck ./...); \
+	done
+
+fmt:
+	gofmt -w $$(git ls-files -co --exclude-standard '*.go')
+
+tidy:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy); done
+
+## check-tidy: go mod tidy must leave no diff in any module.
+check-tidy:
+	@set -e; for m in $(MODULES); do \
+		(cd $$m && $(GO) mod tidy && git diff --exit-code -- go.mod go.sum) || \
+			{ echo "go mod tidy changes $$m: run make tidy and commit"; exit 1; }; \
+	done
+
+ci: lint check-tidy test
