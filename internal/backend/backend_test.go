@@ -1,0 +1,118 @@
+package backend
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// finishTimes starts n calls at once and returns when each ended, relative
+// to the start.
+func finishTimes(t *testing.T, b Backend, n int, ctx context.Context) []time.Duration {
+	t.Helper()
+	start := time.Now()
+	out := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = b.Do(ctx)
+			out[i] = time.Since(start)
+		}()
+		synctest.Wait() // arrive in order
+	}
+	wg.Wait()
+	return out
+}
+
+func TestFIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := NewFIFO(2, 10*time.Millisecond)
+		require.NoError(t, err)
+		ms := time.Millisecond
+		assert.Equal(t, []time.Duration{10 * ms, 10 * ms, 20 * ms, 20 * ms, 30 * ms},
+			finishTimes(t, b, 5, context.Background()), "two workers, FIFO")
+
+		// A queued call whose context ends leaves the queue; a call in
+		// service keeps its worker for the full service time.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*ms)
+		defer cancel()
+		assert.Equal(t, []time.Duration{10 * ms, 10 * ms, 5 * ms},
+			finishTimes(t, b, 3, ctx))
+		assert.Equal(t, []time.Duration{10 * ms}, finishTimes(t, b, 1, context.Background()),
+			"the queue left no trace")
+
+		require.NoError(t, b.SetCapacity(1))
+		assert.Equal(t, 1, b.Capacity())
+		assert.Equal(t, []time.Duration{10 * ms, 20 * ms}, finishTimes(t, b, 2, context.Background()))
+	})
+}
+
+func TestProcessorSharing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := NewProcessorSharing(2, 10*time.Millisecond)
+		require.NoError(t, err)
+		ms := time.Millisecond
+		assert.Equal(t, []time.Duration{10 * ms, 10 * ms}, finishTimes(t, b, 2, context.Background()),
+			"within capacity: full speed")
+		assert.Equal(t, []time.Duration{20 * ms, 20 * ms, 20 * ms, 20 * ms}, finishTimes(t, b, 4, context.Background()),
+			"twice the capacity: half speed for everyone")
+
+		require.NoError(t, b.SetCapacity(4))
+		assert.Equal(t, 4, b.Capacity())
+		assert.Equal(t, []time.Duration{10 * ms, 10 * ms, 10 * ms, 10 * ms}, finishTimes(t, b, 4, context.Background()))
+
+		ctx, cancel := context.WithTimeout(context.Background(), 5*ms)
+		defer cancel()
+		for _, d := range finishTimes(t, b, 8, ctx) {
+			assert.Equal(t, 5*ms, d, "abandoned at the deadline")
+		}
+		assert.Equal(t, []time.Duration{10 * ms}, finishTimes(t, b, 1, context.Background()),
+			"abandoned calls free their share")
+	})
+}
+
+func TestDistributions(t *testing.T) {
+	for _, d := range []Dist{Constant, Uniform, Exponential} {
+		s := newSampler(10*time.Millisecond, d)
+		var sum time.Duration
+		n := 20000
+		for range n {
+			x := s.next()
+			require.GreaterOrEqual(t, x, time.Duration(0))
+			if d == Uniform {
+				require.GreaterOrEqual(t, x, 5*time.Millisecond)
+				require.Less(t, x, 15*time.Millisecond)
+			}
+			sum += x
+		}
+		assert.InDelta(t, float64(10*time.Millisecond), float64(sum)/float64(n), float64(300*time.Microsecond), d.String())
+		parsed, err := ParseDist(d.String())
+		require.NoError(t, err)
+		assert.Equal(t, d, parsed)
+	}
+	_, err := ParseDist("gamma")
+	assert.EqualError(t, err, `backend: distribution must be "constant", "uniform" or "exponential", got "gamma"`)
+}
+
+func TestBadConfig(t *testing.T) {
+	_, err := New("fifo", 0, time.Millisecond, Constant)
+	assert.EqualError(t, err, "backend: capacity is 0, must be at least 1")
+	_, err = New("ps", 1, 0, Constant)
+	assert.EqualError(t, err, "backend: service time is 0s, must be positive")
+	_, err = New("lifo", 1, time.Millisecond, Constant)
+	assert.ErrorIs(t, err, ErrUnknownKind)
+	b, err := New("fifo", 1, time.Millisecond, Constant)
+	require.NoError(t, err)
+	assert.Error(t, b.SetCapacity(-1))
+	assert.Equal(t, 1, b.Capacity())
+}
