@@ -1,0 +1,267 @@
+package limiter
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// seedAIMD returns an AIMD with seed 001's per-call semantics.
+func seedAIMD(t *testing.T, c AIMDConfig) *AIMD {
+	t.Helper()
+	c.PerCall = true
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Second
+	}
+	a, err := NewAIMD(c)
+	require.NoError(t, err)
+	return a
+}
+
+func call(rtt time.Duration, inflight int, o Outcome) Sample {
+	return Sample{RTT: rtt, Inflight: inflight, Outcome: o, At: t0}
+}
+
+// TestAIMDRule feeds AIMD's per-call rule the sample sequences of seed 001.
+func TestAIMDRule(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name    string
+		cfg     AIMDConfig
+		samples []Sample
+		want    []int // limit after each sample
+	}{
+		{"success when loaded grows by one",
+			AIMDConfig{InitialLimit: 10}, []Sample{call(50*ms, 10, Success)}, []int{11}},
+		{"success when lightly loaded changes nothing",
+			AIMDConfig{InitialLimit: 10}, []Sample{call(50*ms, 2, Success), call(50*ms, 4, Success)}, []int{10, 10}},
+		{"exactly half loaded grows",
+			AIMDConfig{InitialLimit: 10}, []Sample{call(50*ms, 5, Success)}, []int{11}},
+		{"drop multiplies by the backoff ratio",
+			AIMDConfig{InitialLimit: 10}, []Sample{call(50*ms, 10, Dropped)}, []int{9}},
+		{"rtt above the timeout is a drop",
+			AIMDConfig{InitialLimit: 10, Timeout: time.Second}, []Sample{call(2*time.Second, 10, Success)}, []int{9}},
+		{"rtt equal to the timeout is not",
+			AIMDConfig{InitialLimit: 10, Timeout: time.Second}, []Sample{call(time.Second, 10, Success)}, []int{11}},
+		{"ignored changes nothing",
+			AIMDConfig{InitialLimit: 10}, []Sample{call(50*ms, 10, Ignored), call(10*time.Second, 10, Ignored)}, []int{10, 10}},
+		{"repeated drops decay smoothly as a float",
+			AIMDConfig{InitialLimit: 10},
+			[]Sample{call(ms, 10, Dropped), call(ms, 10, Dropped), call(ms, 10, Dropped)}, []int{9, 8, 7}}, // 9, 8.1, 7.29
+		{"floored at the minimum",
+			AIMDConfig{InitialLimit: 5, MinLimit: 5},
+			[]Sample{call(ms, 10, Dropped), call(ms, 10, Dropped)}, []int{5, 5}},
+		{"capped at the maximum",
+			AIMDConfig{InitialLimit: 10, MaxLimit: 11},
+			[]Sample{call(ms, 10, Success), call(ms, 10, Success)}, []int{11, 11}},
+		{"custom backoff ratio",
+			AIMDConfig{InitialLimit: 100, BackoffRatio: 0.5}, []Sample{call(ms, 100, Dropped)}, []int{50}},
+		{"recovers additively",
+			AIMDConfig{InitialLimit: 10},
+			[]Sample{call(ms, 10, Dropped), call(ms, 9, Success), call(ms, 10, Success)}, []int{9, 10, 11}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := seedAIMD(t, tt.cfg)
+			var got []int
+			for _, s := range tt.samples {
+				got = append(got, a.Update(s))
+				assert.Equal(t, got[len(got)-1], a.Limit(), "Update's result and Limit agree")
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestAIMDConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  AIMDConfig
+		want []string // each must appear in the error
+	}{
+		{"backoff too low", AIMDConfig{BackoffRatio: 0.3},
+			[]string{"limiter: AIMDConfig.BackoffRatio is 0.3, must be in [0.5, 1)"}},
+		{"backoff one", AIMDConfig{BackoffRatio: 1},
+			[]string{"limiter: AIMDConfig.BackoffRatio is 1, must be in [0.5, 1)"}},
+		{"negative minimum", AIMDConfig{MinLimit: -1},
+			[]string{"limiter: AIMDConfig.MinLimit is -1, must be in [1, 1048576]"}},
+		{"min above max", AIMDConfig{MinLimit: 50, MaxLimit: 10, InitialLimit: 50},
+			[]string{"limiter: AIMDConfig.MinLimit is 50, must be <= MaxLimit (10)",
+				"limiter: AIMDConfig.InitialLimit is 50, must be in [MinLimit, MaxLimit] = [50, 10]"}},
+		{"initial below min", AIMDConfig{InitialLimit: 5, MinLimit: 10, MaxLimit: 100},
+			[]string{"limiter: AIMDConfig.InitialLimit is 5, must be in [MinLimit, MaxLimit] = [10, 100]"}},
+		{"max above MaxLimit", AIMDConfig{MaxLimit: MaxLimit + 1},
+			[]string{"limiter: AIMDConfig.MaxLimit is 1048577, must be in [1, 1048576]"}},
+		{"negative timeout", AIMDConfig{Timeout: -time.Second},
+			[]string{"limiter: AIMDConfig.Timeout is -1s, must be > 0, or 0 for the adaptive threshold"}},
+		{"several at once", AIMDConfig{BackoffRatio: 2, Timeout: -1},
+			[]string{"AIMDConfig.BackoffRatio is 2", "AIMDConfig.Timeout is -1ns"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAIMD(tt.cfg)
+			require.Error(t, err)
+			assert.Nil(t, a)
+			for _, w := range tt.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			var ce *ConfigError
+			assert.ErrorAs(t, err, &ce)
+		})
+	}
+}
+
+func TestAIMDDefaults(t *testing.T) {
+	a, err := NewAIMD(AIMDConfig{})
+	require.NoError(t, err)
+	assert.Equal(t, AIMDConfig{
+		InitialLimit: DefaultAIMDInitialLimit,
+		MinLimit:     DefaultAIMDMinLimit,
+		MaxLimit:     DefaultAIMDMaxLimit,
+		BackoffRatio: DefaultAIMDBackoffRatio,
+	}, a.Config())
+	assert.Equal(t, 20, a.Limit())
+
+	// Defaults bend around explicit bounds instead of contradicting them.
+	a, err = NewAIMD(AIMDConfig{MaxLimit: 8})
+	require.NoError(t, err)
+	assert.Equal(t, 8, a.Limit())
+	a, err = NewAIMD(AIMDConfig{MinLimit: 2000})
+	require.NoError(t, err)
+	assert.Equal(t, 2000, a.Limit())
+	assert.Equal(t, 2000, a.Config().MaxLimit)
+}
+
+// roundTrip returns n calls that all started at start and returned at
+// start+rtt, with the given in-flight count and outcome.
+func roundTrip(start time.Time, rtt time.Duration, n, inflight int, o Outcome) []Sample {
+	out := make([]Sample, n)
+	for i := range out {
+		out[i] = Sample{RTT: rtt, Inflight: inflight, Outcome: o, At: start.Add(rtt)}
+	}
+	return out
+}
+
+func feed(a Algorithm, samples []Sample) int {
+	n := a.Limit()
+	for _, s := range samples {
+		n = a.Update(s)
+	}
+	return n
+}
+
+// TestAIMDRoundTrips checks that, by default, AIMD applies its rule once
+// per round trip: a whole round trip of drops backs off once.
+func TestAIMDRoundTrips(t *testing.T) {
+	ms := time.Millisecond
+	a, err := NewAIMD(AIMDConfig{InitialLimit: 20, Timeout: 100 * ms})
+	require.NoError(t, err)
+
+	// Slow start: every loaded success grows the limit by one.
+	at := t0
+	require.Equal(t, 30, feed(a, roundTrip(at, 10*ms, 10, 20, Success)))
+
+	// A round trip in which every call was dropped backs off once, not
+	// ten times: 30 × 0.9 = 27. That also ends slow start.
+	at = at.Add(10 * ms)
+	assert.Equal(t, 27, feed(a, roundTrip(at, 10*ms, 10, 27, Dropped)))
+
+	// Congestion avoidance: a clean loaded round trip grows by one.
+	at = at.Add(10 * ms)
+	assert.Equal(t, 28, feed(a, roundTrip(at, 10*ms, 10, 27, Success)))
+
+	// A round trip does not close before one of its own calls returns:
+	// stragglers from before it opened cannot end it.
+	at = at.Add(10 * ms)
+	old := roundTrip(at.Add(-50*ms), 55*ms, 30, 28, Dropped)
+	assert.Equal(t, 28, feed(a, old), "calls that started before the round trip opened")
+	assert.Equal(t, 25, feed(a, roundTrip(at, 10*ms, 1, 28, Success)), "the first call of its own closes it, with the drops") // 28 × 0.9
+}
+
+// TestAIMDAdaptive walks the adaptive threshold through its states with a
+// service that takes 10 ms without a queue.
+func TestAIMDAdaptive(t *testing.T) {
+	ms := time.Millisecond
+	a, err := NewAIMD(AIMDConfig{InitialLimit: 30})
+	require.NoError(t, err)
+	at := t0
+	trip := func(rtt time.Duration, inflight int) int {
+		n := feed(a, roundTrip(at, rtt, DefaultWindowMinSamples, inflight, Success))
+		at = at.Add(rtt)
+		return n
+	}
+
+	// Light load: round trips at low in-flight learn the baseline and
+	// do not grow the limit.
+	assert.Equal(t, 30, trip(10*ms, 5))
+	assert.Equal(t, 10*ms, a.base.rtt)
+
+	// Loaded, no queue: slow start grows per call, then a late call
+	// (above 1.3 × 10 ms) ends it; the round trip's mean is late too, so
+	// the limit backs off once.
+	assert.Equal(t, 40, trip(10*ms, 30))
+	assert.Equal(t, 36, trip(14*ms, 40)) // 40 × 0.9
+	assert.False(t, a.slowStart)
+
+	// Queueing within the tolerance: one step per round trip.
+	assert.Equal(t, 37, trip(12*ms, 36))
+	assert.Equal(t, 38, trip(12*ms, 37))
+
+	// Loaded and no queue at all: spare capacity, grow by an eighth.
+	assert.Equal(t, 42, trip(10*ms, 38)) // 38 + 38/8 = 42.75
+
+	// Sustained load at the limit never measures the no-load RTT, so
+	// after 5 s of steady round trips AIMD probes at two thirds.
+	learned := a.base.updated
+	for !a.base.probing {
+		trip(12*ms, a.Limit())
+	}
+	assert.InDelta(t, probeInterval, at.Sub(learned), float64(12*ms), "probe starts once the baseline is 5 s old")
+	steady := int(a.limit)
+	assert.Equal(t, int(probeFraction*a.limit), a.Limit(), "probing at two thirds")
+
+	// Calls admitted under the probe limit met no queue: 11 ms. Once a
+	// round trip's worth is back, the limit is restored...
+	probeStart := at
+	feed(a, roundTrip(probeStart, 11*ms, DefaultWindowMinSamples, a.Limit(), Success))
+	assert.False(t, a.base.probing)
+	assert.Equal(t, steady, a.Limit(), "limit restored")
+	// ... and the probe keeps collecting its slow calls for 4 baselines
+	// before it moves the baseline halfway to their mean.
+	feed(a, []Sample{{RTT: 20 * ms, Inflight: 5, Outcome: Success, At: probeStart.Add(20 * ms)}})
+	assert.Equal(t, 10*ms, a.base.rtt, "still collecting")
+	feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Ignored, At: probeStart.Add(60 * ms)}})
+	assert.Equal(t, 10*ms, a.base.rtt, "ignored samples do not advance the probe")
+	feed(a, []Sample{{RTT: ms, Inflight: steady, Outcome: Success, At: probeStart.Add(60 * ms)}})
+	probeMean := (10*11*ms + 20*ms) / 11
+	assert.Equal(t, 10*ms+(probeMean-10*ms)/2, a.base.rtt)
+}
+
+func TestAIMDExplicitTimeoutNeverProbes(t *testing.T) {
+	a, err := NewAIMD(AIMDConfig{InitialLimit: 30, Timeout: time.Second})
+	require.NoError(t, err)
+	at := t0
+	for range 1000 {
+		feed(a, roundTrip(at, 10*time.Millisecond, DefaultWindowMinSamples, 30, Success))
+		at = at.Add(10 * time.Millisecond)
+	}
+	assert.False(t, a.base.probing)
+	assert.Zero(t, a.base.rtt)
+}
+
+func TestFixed(t *testing.T) {
+	f, err := NewFixed(7)
+	require.NoError(t, err)
+	assert.Equal(t, 7, f.Update(call(time.Hour, 100, Dropped)))
+	assert.Equal(t, 7, f.Limit())
+
+	for _, n := range []int{0, -1, MaxLimit + 1} {
+		_, err := NewFixed(n)
+		assert.ErrorContains(t, err, "limiter: Fixed limit is")
+		assert.ErrorContains(t, err, "must be in [1, 1048576]")
+	}
+}

@@ -1,0 +1,72 @@
+package limiter
+
+import (
+	"testing"
+)
+
+// The two benchmarks named by the limiter issue: acquire and release below
+// the limit with the default algorithm (AIMD), serially and from every
+// core. The goal is 0 allocs/op and a cost close to a buffered-channel
+// semaphore's, measured alongside as BenchmarkChannelSemaphore*.
+
+// newBenchLimiter returns a default Limiter whose AIMD cannot fall below 64:
+// calls of a few nanoseconds see scheduler preemption as congestion, and
+// the benchmark measures the path below the limit.
+func newBenchLimiter(b *testing.B) *Limiter {
+	a, err := NewAIMD(AIMDConfig{MinLimit: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := New(WithAlgorithm(a))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+func BenchmarkTryAcquireRelease(b *testing.B) {
+	l := newBenchLimiter(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		tok, ok := l.TryAcquire()
+		if !ok {
+			b.Fatal("no permit below the limit")
+		}
+		tok.Release(Success)
+	}
+}
+
+func BenchmarkTryAcquireReleaseParallel(b *testing.B) {
+	l := newBenchLimiter(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tok, ok := l.TryAcquire()
+			if !ok {
+				b.Error("no permit below the limit")
+				return
+			}
+			tok.Release(Success)
+		}
+	})
+}
+
+func BenchmarkChannelSemaphore(b *testing.B) {
+	sem := make(chan struct{}, DefaultAIMDInitialLimit)
+	b.ReportAllocs()
+	for b.Loop() {
+		sem <- struct{}{}
+		<-sem
+	}
+}
+
+func BenchmarkChannelSemaphoreParallel(b *testing.B) {
+	sem := make(chan struct{}, DefaultAIMDInitialLimit)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			sem <- struct{}{}
+			<-sem
+		}
+	})
+}

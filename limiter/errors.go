@@ -1,0 +1,46 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrLimitExceeded is returned by Acquire when no permit is free and the
+// wait queue is full or disabled, and to callers still queued when the
+// limit is set to 0. Callers should reject the request rather than retry
+// at once.
+var ErrLimitExceeded = errors.New("limiter: concurrency limit exceeded")
+
+// MaxLimit is the largest concurrency limit a Limiter accepts. It keeps
+// the permit counters inside their 32-bit halves of one atomic word.
+const MaxLimit = 1 << 20
+
+// A ConfigError reports one invalid configuration value: which field, the
+// value given, and what is allowed.
+type ConfigError struct {
+	Field   string // the configuration field, e.g. "AIMDConfig.BackoffRatio"
+	Value   any    // the rejected value
+	Allowed string // the allowed range, e.g. "[0.5, 1)"
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("limiter: %s is %v, must be %s", e.Field, e.Value, e.Allowed)
+}
+
+// checkLimits validates the usual 0 < min <= initial <= max <= MaxLimit
+// triple shared by the algorithm configurations.
+func checkLimits(kind string, initial, minimum, maximum int) error {
+	var errs []error
+	if minimum < 1 || minimum > MaxLimit {
+		errs = append(errs, &ConfigError{kind + ".MinLimit", minimum, fmt.Sprintf("in [1, %d]", MaxLimit)})
+	}
+	if maximum < 1 || maximum > MaxLimit {
+		errs = append(errs, &ConfigError{kind + ".MaxLimit", maximum, fmt.Sprintf("in [1, %d]", MaxLimit)})
+	} else if minimum > maximum {
+		errs = append(errs, &ConfigError{kind + ".MinLimit", minimum, fmt.Sprintf("<= MaxLimit (%d)", maximum)})
+	}
+	if initial < minimum || initial > maximum {
+		errs = append(errs, &ConfigError{kind + ".InitialLimit", initial, fmt.Sprintf("in [MinLimit, MaxLimit] = [%d, %d]", minimum, maximum)})
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,87 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+func Example() {
+	l, err := limiter.New() // adaptive AIMD, no queue
+	if err != nil {
+		panic(err)
+	}
+	handle := func(ctx context.Context) error {
+		tok, ok := l.TryAcquire()
+		if !ok {
+			return errors.New("overloaded, try later")
+		}
+		defer tok.Release(limiter.Success)
+		// ... do the work the limit protects ...
+		return nil
+	}
+	fmt.Println(handle(context.Background()), l.Inflight())
+	// Output: <nil> 0
+}
+
+// A Limiter with a wait queue: callers that find every permit taken wait
+// for one, within their deadline, unless the queue is full.
+func ExampleLimiter_Acquire() {
+	fixed, _ := limiter.NewFixed(1)
+	l, err := limiter.New(limiter.WithAlgorithm(fixed), limiter.WithQueue(limiter.FixedQueue(10)))
+	if err != nil {
+		panic(err)
+	}
+	held, _ := l.TryAcquire()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err = l.Acquire(ctx) // the only permit is held: waits, then times out
+	fmt.Println(err)
+
+	held.Release(limiter.Success)
+	tok, err := l.Acquire(context.Background())
+	fmt.Println(err)
+	tok.Release(limiter.Success)
+	// Output:
+	// context deadline exceeded
+	// <nil>
+}
+
+// Lowering the limit below the permits in flight records a debt: the next
+// releases pay it instead of freeing permits.
+func ExampleLimiter_Pin() {
+	fixed, _ := limiter.NewFixed(3)
+	l, _ := limiter.New(limiter.WithAlgorithm(fixed))
+	a, _ := l.TryAcquire()
+	b, _ := l.TryAcquire()
+
+	_ = l.Pin(1)
+	fmt.Println("limit", l.Limit(), "in flight", l.Inflight())
+	a.Release(limiter.Success) // pays the debt
+	_, ok := l.TryAcquire()
+	fmt.Println("admitted:", ok)
+	b.Release(limiter.Success)
+	c, ok := l.TryAcquire()
+	fmt.Println("admitted:", ok)
+	c.Release(limiter.Success)
+	// Output:
+	// limit 1 in flight 2
+	// admitted: false
+	// admitted: true
+}
+
+func ExampleNewAIMD() {
+	_, err := limiter.NewAIMD(limiter.AIMDConfig{BackoffRatio: 1.2})
+	fmt.Println(err)
+
+	// Seed semantics: the rule applied to every call, with a fixed timeout.
+	aimd, _ := limiter.NewAIMD(limiter.AIMDConfig{InitialLimit: 10, Timeout: time.Second, PerCall: true})
+	fmt.Println(aimd.Update(limiter.Sample{RTT: 2 * time.Second, Inflight: 10, Outcome: limiter.Success}))
+	// Output:
+	// limiter: AIMDConfig.BackoffRatio is 1.2, must be in [0.5, 1)
+	// 9
+}

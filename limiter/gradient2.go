@@ -1,0 +1,153 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Gradient2Config configures a Gradient2. The zero value of every field
+// selects its default.
+type Gradient2Config struct {
+	InitialLimit int // default 20
+	MinLimit     int // default 1
+	MaxLimit     int // default 200
+	// QueueSize is how far the limit may grow past the gradient's verdict
+	// while latencies stay low. Default 4.
+	QueueSize int
+	// Smoothing in (0, 1] blends each new limit with the old one.
+	// Default 0.2.
+	Smoothing float64
+	// LongWindow is the number of samples the long-term RTT average
+	// spans. Default 600.
+	LongWindow int
+}
+
+func (c Gradient2Config) withDefaults() Gradient2Config {
+	if c.InitialLimit == 0 {
+		c.InitialLimit = 20
+	}
+	if c.MinLimit == 0 {
+		c.MinLimit = 1
+	}
+	if c.MaxLimit == 0 {
+		c.MaxLimit = max(200, c.InitialLimit)
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = 4
+	}
+	if c.Smoothing == 0 {
+		c.Smoothing = 0.2
+	}
+	if c.LongWindow == 0 {
+		c.LongWindow = 600
+	}
+	return c
+}
+
+// Validate reports every invalid field of c, after defaults are applied.
+func (c Gradient2Config) Validate() error {
+	c = c.withDefaults()
+	errs := []error{checkLimits("Gradient2Config", c.InitialLimit, c.MinLimit, c.MaxLimit)}
+	if c.QueueSize < 0 {
+		errs = append(errs, &ConfigError{"Gradient2Config.QueueSize", c.QueueSize, ">= 0"})
+	}
+	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
+		errs = append(errs, &ConfigError{"Gradient2Config.Smoothing", c.Smoothing, "in (0, 1]"})
+	}
+	if c.LongWindow < 1 {
+		errs = append(errs, &ConfigError{"Gradient2Config.LongWindow", c.LongWindow, ">= 1"})
+	}
+	return errors.Join(errs...)
+}
+
+// gradient2Warmup is how many samples the long-term average takes as a
+// plain mean before it becomes exponential.
+const gradient2Warmup = 10
+
+// Gradient2 is a delay-based Algorithm after Netflix concurrency-limits'
+// Gradient2Limit. It compares each sample's RTT (the short-term RTT) with
+// an exponential moving average over LongWindow samples (the long-term
+// RTT, a plain mean over the first 10):
+//
+//	gradient = max(0.5, min(1, longRTT / shortRTT))
+//	newLimit = limit × gradient + QueueSize
+//	limit    = limit × (1 − Smoothing) + newLimit × Smoothing
+//
+// clamped to [MinLimit, MaxLimit]. When the long-term RTT exceeds twice
+// the short-term one, as after a long overload, it is multiplied by 0.9 so
+// the baseline comes back down quickly. While in-flight is below half the
+// limit the limit does not change.
+//
+// Netflix's version ignores drops; here a Dropped sample counts as the
+// worst gradient, 0.5, so that RESOURCE_EXHAUSTED and deadline overruns
+// still back the limit off.
+type Gradient2 struct {
+	cfg Gradient2Config
+
+	mu      sync.Mutex
+	limit   float64
+	longRTT float64 // seconds
+	n       int     // samples in longRTT, up to the warmup
+}
+
+// NewGradient2 returns a Gradient2 configured by c, or an error naming
+// every field that is out of range.
+func NewGradient2(c Gradient2Config) (*Gradient2, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c = c.withDefaults()
+	return &Gradient2{cfg: c, limit: float64(c.InitialLimit)}, nil
+}
+
+// Config returns the configuration of g, with defaults filled in.
+func (g *Gradient2) Config() Gradient2Config { return g.cfg }
+
+// Limit implements Algorithm.
+func (g *Gradient2) Limit() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return int(g.limit)
+}
+
+// LongRTT returns the long-term RTT average.
+func (g *Gradient2) LongRTT() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return time.Duration(g.longRTT * float64(time.Second))
+}
+
+// Update implements Algorithm.
+func (g *Gradient2) Update(s Sample) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s.Outcome == Ignored || s.RTT <= 0 {
+		return int(g.limit)
+	}
+	short := s.RTT.Seconds()
+	if g.n < gradient2Warmup {
+		g.n++
+		g.longRTT += (short - g.longRTT) / float64(g.n)
+	} else {
+		f := 2 / float64(g.cfg.LongWindow+1)
+		g.longRTT = g.longRTT*(1-f) + short*f
+	}
+	if g.longRTT/short > 2 {
+		g.longRTT *= 0.9
+	}
+	if float64(s.Inflight) < g.limit/2 {
+		return int(g.limit)
+	}
+	gradient := max(0.5, min(1, g.longRTT/short))
+	if s.Outcome == Dropped {
+		gradient = 0.5
+	}
+	next := g.limit*gradient + float64(g.cfg.QueueSize)
+	next = g.limit*(1-g.cfg.Smoothing) + next*g.cfg.Smoothing
+	g.limit = min(max(next, float64(g.cfg.MinLimit)), float64(g.cfg.MaxLimit))
+	return int(g.limit)
+}
+
+func (g *Gradient2) String() string { return fmt.Sprintf("Gradient2(limit=%d)", g.Limit()) }
