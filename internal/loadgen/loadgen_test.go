@@ -62,14 +62,14 @@ func TestRun(t *testing.T) {
 func TestClassification(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		errShed := errors.New("shed")
-		n := 0
+		// Calls run on their own goroutines: count them atomically.
+		var n atomic.Int64
 		rep, err := Run(context.Background(), Config{
 			Phases:   []Phase{{Duration: time.Second, Rate: 50}},
 			Deadline: 20 * time.Millisecond,
 			Seed:     1,
 			Call: func(ctx context.Context) error {
-				n++
-				switch n % 4 {
+				switch n.Add(1) % 4 {
 				case 0:
 					return errShed
 				case 1:
