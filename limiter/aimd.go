@@ -287,6 +287,16 @@ func (a *AIMD) Update(s Sample) int {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if s.RTT < 0 {
+		// An untimed call (a stream) carries only its outcome: apply the
+		// per-call rule, keeping it out of the RTT windows and baseline.
+		if s.Outcome == Dropped {
+			a.limit = max(a.limit*a.cfg.BackoffRatio, float64(a.cfg.MinLimit))
+		} else if a.loaded(s) {
+			a.grow()
+		}
+		return a.limitLocked()
+	}
 	if !a.adaptive() && s.Outcome == Success && s.RTT > a.cfg.Timeout {
 		s.Outcome = Dropped
 	}

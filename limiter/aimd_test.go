@@ -265,3 +265,33 @@ func TestFixed(t *testing.T) {
 		assert.ErrorContains(t, err, "must be in [1, 1048576]")
 	}
 }
+
+// TestAIMDUntimed checks that untimed samples (streams) apply the per-call
+// rule in adaptive mode without touching the RTT baseline.
+func TestAIMDUntimed(t *testing.T) {
+	tests := []struct {
+		name    string
+		samples []Sample
+		want    []int
+	}{
+		{"loaded success grows by one", []Sample{call(UntimedRTT, 10, Success)}, []int{11}},
+		{"light success changes nothing", []Sample{call(UntimedRTT, 2, Success)}, []int{10}},
+		{"drop backs off", []Sample{call(UntimedRTT, 10, Dropped), call(UntimedRTT, 10, Dropped)}, []int{9, 8}},
+		{"ignored changes nothing", []Sample{call(UntimedRTT, 10, Ignored)}, []int{10}},
+		{"a drop is recovered by later successes",
+			[]Sample{call(UntimedRTT, 10, Dropped), call(UntimedRTT, 9, Success), call(UntimedRTT, 9, Success)},
+			[]int{9, 10, 11}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAIMD(AIMDConfig{InitialLimit: 10})
+			require.NoError(t, err)
+			var got []int
+			for _, s := range tt.samples {
+				got = append(got, a.Update(s))
+			}
+			assert.Equal(t, tt.want, got)
+			assert.Zero(t, a.base.rtt, "untimed samples must not set the baseline")
+		})
+	}
+}

@@ -328,29 +328,44 @@ type Token struct {
 	inflight int32 // permits held right after this one was granted
 }
 
-// Release returns the permit and reports the call's outcome to the
-// algorithm, which may change the limit.
-func (t *Token) Release(o Outcome) {
+// Release returns the permit and reports the call's outcome and round-trip
+// time to the algorithm, which may change the limit. It returns the RTT it
+// measured: the time from the grant to the release (0 if t was already
+// released).
+func (t *Token) Release(o Outcome) time.Duration { return t.release(o, true) }
+
+// ReleaseUntimed is Release for a call whose duration is not a latency
+// measurement, such as a stream that lives as long as its client wants.
+// The algorithm sees the outcome with a negative RTT: drops still lower the
+// limit and successes may still raise it, but the duration cannot make the
+// call look slow. It returns how long the permit was held.
+func (t *Token) ReleaseUntimed(o Outcome) time.Duration { return t.release(o, false) }
+
+func (t *Token) release(o Outcome, timed bool) time.Duration {
 	tok := *t
 	l := tok.l
 	if l == nil {
-		return
+		return 0
 	}
 	*t = Token{}
 	end := l.now()
+	held := time.Duration(end - tok.start)
 	s := Sample{
-		RTT:      time.Duration(end - tok.start),
+		RTT:      held,
 		Inflight: int(tok.inflight),
 		Outcome:  o,
 		At:       l.epoch.Add(time.Duration(end)),
 	}
-	if o == Success && s.Inflight >= l.Limit() {
+	if !timed {
+		s.RTT = UntimedRTT
+	} else if o == Success && s.Inflight >= l.Limit() {
 		l.queue.observe(s.RTT)
 	}
 	if l.alg.Update(s) != l.Limit() {
 		l.follow()
 	}
 	l.release()
+	return held
 }
 
 // Held reports whether t holds a permit that has not been released.

@@ -44,6 +44,9 @@ type Sample struct {
 	// RTT is the time from the permit being granted to its release. Time
 	// spent waiting in the queue is not included, so the queue cannot
 	// feed back into latency-based algorithms.
+	//
+	// RTT is UntimedRTT (negative) for calls released with
+	// Token.ReleaseUntimed: algorithms must not read it as a latency.
 	RTT time.Duration
 
 	// Inflight is the number of permits held, this one included, right
@@ -58,3 +61,7 @@ type Sample struct {
 	// they are deterministic given their samples.
 	At time.Time
 }
+
+// UntimedRTT is the RTT of a Sample whose call's duration is not a latency
+// measurement (see Token.ReleaseUntimed).
+const UntimedRTT time.Duration = -1

@@ -60,6 +60,10 @@ func (w *Windowed) Update(s Sample) int {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if s.RTT < 0 {
+		// Untimed calls have no latency to aggregate; pass them through.
+		return w.alg.Update(s)
+	}
 	if !w.win.add(s, w.minSamples) {
 		return w.alg.Limit()
 	}
