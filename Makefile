@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload bench lint fmt check-tidy tidy ci
+.PHONY: all test overload bench lint fmt check-tidy tidy generate check-generate ci
 
 all: ci
 
@@ -35,6 +35,18 @@ lint:
 		echo "== vet + staticcheck $$m"; \
 		(cd $$m && $(GO) vet ./... && $(TOOL) staticcheck ./...); \
 	done
+	$(TOOL) buf lint
+
+## generate: protobuf code from testdata/proto, with the buf and plugins
+## pinned in tools/go.mod.
+generate:
+	$(TOOL) buf generate
+
+## check-generate: the committed generated code must match its sources.
+check-generate: generate
+	@git diff --exit-code -- internal/testpb >/dev/null && \
+		test -z "$$(git status --porcelain -- internal/testpb)" || \
+		{ echo "generated code is stale: run make generate and commit"; git status --short -- internal/testpb; exit 1; }
 
 fmt:
 	gofmt -w $$(git ls-files -co --exclude-standard '*.go')
@@ -49,4 +61,4 @@ check-tidy:
 			{ echo "go mod tidy changes $$m: run make tidy and commit"; exit 1; }; \
 	done
 
-ci: lint check-tidy test
+ci: lint check-tidy check-generate test

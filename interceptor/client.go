@@ -1,0 +1,201 @@
+package interceptor
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// A Client holds the limiters of a gRPC client and gives out its
+// interceptors. A call takes a permit before it is sent and returns it when
+// it ends, so a client stops sending more than its servers can answer:
+// RESOURCE_EXHAUSTED answers and deadline overruns lower the limit, and a
+// call over the limit fails at once with RESOURCE_EXHAUSTED, without
+// reaching the network.
+//
+// When a server rejects a call with a grpc-retry-pushback-ms trailer, the
+// Client honours it by keeping that call's permit for the pushback
+// (bounded by WithMaxPushback): each rejection takes one slot out of use
+// for as long as the server asked, so a client backs off in proportion to
+// how often it is pushed back, while calls to servers with room go on.
+//
+// A stream's permit is returned exactly once however the stream ends:
+// RecvMsg returning io.EOF or an error, the context being cancelled or
+// expiring, or the stream failing to start.
+//
+// A Client is safe for concurrent use. Install both interceptors on one
+// grpc.ClientConn with DialOptions.
+type Client struct {
+	*core
+	maxHold time.Duration
+	// afterFunc runs f after d; tests replace it to control time.
+	afterFunc func(d time.Duration, f func())
+}
+
+// NewClient returns a Client configured by opts.
+func NewClient(opts ...Option) (*Client, error) {
+	c, cfg, err := newCore("client", opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{core: c, maxHold: cfg.maxHold, afterFunc: afterFunc}, nil
+}
+
+func afterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
+
+// DialOptions returns the options that install sluice's client
+// interceptors, for grpc.NewClient:
+//
+//	opts, err := interceptor.DialOptions()
+//	...
+//	conn, err := grpc.NewClient(target, append(opts, creds)...)
+func DialOptions(opts ...Option) ([]grpc.DialOption, error) {
+	c, err := NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c.DialOptions(), nil
+}
+
+// DialOptions returns grpc.WithChainUnaryInterceptor and
+// grpc.WithChainStreamInterceptor options with c's interceptors.
+func (c *Client) DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(c.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(c.StreamClientInterceptor()),
+	}
+}
+
+// UnaryClientInterceptor returns the interceptor that limits unary calls.
+func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return c.unary
+}
+
+// StreamClientInterceptor returns the interceptor that limits streams.
+func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return c.stream
+}
+
+// unaryCall holds what a unary call needs beyond its arguments in one
+// allocation: the trailer and the extended call options.
+type unaryCall struct {
+	trailer metadata.MD
+	opts    [4]grpc.CallOption
+}
+
+func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	r := c.table.lookup(method)
+	if r.gate == nil {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	tok, rej := c.admit(ctx, r)
+	if rej != nil {
+		return rej.err
+	}
+	done := false
+	defer func() {
+		if !done { // a later interceptor panicked
+			c.release(ctx, r, &tok, limiter.Ignored, false)
+		}
+	}()
+	var trailer *metadata.MD
+	if c.maxHold > 0 {
+		call := &unaryCall{}
+		opts = append(append(call.opts[:0], opts...), grpc.Trailer(&call.trailer))
+		trailer = &call.trailer
+	}
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	done = true
+	c.end(ctx, r, &tok, Result{FullMethod: method, Err: err, Late: late(ctx)}, trailer)
+	return err
+}
+
+// end releases a finished call's permit, unless the server pushed back:
+// then the permit is kept for the pushback.
+func (c *Client) end(ctx context.Context, r *route, tok *limiter.Token, res Result, trailer *metadata.MD) {
+	o := c.classifier(res)
+	if o == limiter.Dropped && c.maxHold > 0 && trailer != nil && code(res.Err) == codes.ResourceExhausted {
+		if d, ok := pushbackOf(*trailer); ok && d > 0 {
+			c.metrics.admitted(ctx, r.attrs, o)
+			held := *tok
+			*tok = limiter.Token{}
+			c.afterFunc(min(d, c.maxHold), func() {
+				held.ReleaseUntimed(limiter.Dropped)
+				if c.released != nil {
+					c.released()
+				}
+			})
+			return
+		}
+	}
+	c.release(ctx, r, tok, o, !res.Stream)
+}
+
+// pushbackOf reads the server's pushback from a trailer. Only a single
+// well-formed value counts (see ParsePushback).
+func pushbackOf(md metadata.MD) (time.Duration, bool) {
+	v := md.Get(PushbackKey)
+	if len(v) != 1 {
+		return 0, false
+	}
+	return ParsePushback(v[0])
+}
+
+// streamCall follows one client stream to its end.
+type streamCall struct {
+	c       *Client
+	ctx     context.Context
+	r       *route
+	method  string
+	tok     limiter.Token
+	trailer metadata.MD
+	ended   atomic.Bool
+}
+
+func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	r := c.table.lookup(method)
+	if r.gate == nil {
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	tok, rej := c.admit(ctx, r)
+	if rej != nil {
+		return nil, rej.err
+	}
+	call := &streamCall{c: c, ctx: ctx, r: r, method: method, tok: tok}
+	defer func() {
+		if r := recover(); r != nil {
+			call.abort()
+			panic(r)
+		}
+	}()
+	// gRPC calls OnFinish exactly once when the stream ends, however it
+	// ends (also when it fails to start), after the trailer is in place.
+	opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&call.trailer), grpc.OnFinish(call.end))
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		call.end(err) // in case a later interceptor failed before gRPC saw the call
+		return nil, err
+	}
+	return cs, nil
+}
+
+// abort releases the permit of a stream whose start panicked.
+func (s *streamCall) abort() {
+	if s.ended.CompareAndSwap(false, true) {
+		s.c.release(s.ctx, s.r, &s.tok, limiter.Ignored, false)
+	}
+}
+
+// end releases the stream's permit once, with the outcome err shows.
+func (s *streamCall) end(err error) {
+	if !s.ended.CompareAndSwap(false, true) {
+		return
+	}
+	s.c.end(s.ctx, s.r, &s.tok, Result{FullMethod: s.method, Err: err, Late: late(s.ctx), Stream: true}, &s.trailer)
+}

@@ -1,0 +1,126 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// core is what a Server and a Client share: the method table, the
+// classification, the metrics.
+type core struct {
+	side       string
+	table      *table
+	metrics    *metrics
+	classifier Classifier
+	pushback   PushbackFunc
+	// released and rejected, when set by a test, run after every permit
+	// is returned and every call is rejected.
+	released func()
+	rejected func(reason string)
+}
+
+func newCore(side string, opts []Option) (*core, config, error) {
+	c := newConfig(opts)
+	t, err := newTable(&c)
+	if err != nil {
+		return nil, c, err
+	}
+	m, err := newMetrics(c.provider, side)
+	if err != nil {
+		return nil, c, fmt.Errorf("interceptor: creating metrics: %w", err)
+	}
+	t.newAttrs = m.newAttrs
+	t.onGate = m.addGate
+	return &core{side: side, table: t, metrics: m, classifier: c.classifier, pushback: c.pushback}, c, nil
+}
+
+// A rejection is a call the limiter turned away, with what the caller
+// should be told.
+type rejection struct {
+	err      error         // the status error for the caller
+	pushback time.Duration // < 0: send none
+}
+
+// admit takes a permit for a call of route r, waiting in the queue if the
+// limit has one. On rejection it records the decision and returns the
+// status the caller gets.
+func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) {
+	g := r.gate
+	if tok, ok := g.lim.TryAcquire(); ok {
+		return tok, nil
+	}
+	if !g.queue {
+		return limiter.Token{}, c.reject(ctx, r, reasonLimit)
+	}
+	start := time.Now()
+	tok, err := g.lim.Acquire(ctx)
+	c.metrics.recordWait(ctx, r.attrs, time.Since(start))
+	switch {
+	case err == nil:
+		return tok, nil
+	case late(ctx):
+		// Also a cancellation at the deadline: see lateMargin.
+		c.rejectedFor(ctx, r, reasonDeadline)
+		return limiter.Token{}, &rejection{err: status.FromContextError(context.DeadlineExceeded).Err(), pushback: -1}
+	case errors.Is(err, context.Canceled):
+		c.rejectedFor(ctx, r, reasonCanceled)
+		return limiter.Token{}, &rejection{err: status.FromContextError(err).Err(), pushback: -1}
+	}
+	return limiter.Token{}, c.reject(ctx, r, reasonLimit)
+}
+
+// reject records a rejection and builds its RESOURCE_EXHAUSTED status.
+func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
+	s := r.gate.state()
+	c.rejectedFor(ctx, r, reason)
+	return &rejection{
+		err: status.Errorf(codes.ResourceExhausted,
+			"sluice: %s rejected /%s: concurrency limit %d reached (%d in flight, %d queued)",
+			c.side, r.method, s.Limit, s.Inflight, s.Queued),
+		pushback: c.pushback(s),
+	}
+}
+
+func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
+	c.metrics.rejected(ctx, r.attrs, reason)
+	if c.rejected != nil {
+		c.rejected(reason)
+	}
+}
+
+// finish releases an admitted call's permit with its outcome and records
+// it. Unary calls feed their RTT to the algorithm; streams are untimed.
+func (c *core) finish(ctx context.Context, r *route, tok *limiter.Token, res Result) limiter.Outcome {
+	o := c.classifier(res)
+	c.release(ctx, r, tok, o, !res.Stream)
+	return o
+}
+
+// release returns the permit with outcome o.
+func (c *core) release(ctx context.Context, r *route, tok *limiter.Token, o limiter.Outcome, timed bool) {
+	if !timed {
+		tok.ReleaseUntimed(o)
+		c.metrics.admitted(ctx, r.attrs, o)
+	} else {
+		rtt := tok.Release(o)
+		if o == limiter.Success {
+			r.gate.observe(rtt)
+		}
+		c.metrics.admitted(ctx, r.attrs, o)
+		c.metrics.recordRTT(ctx, r.attrs, rtt)
+	}
+	if c.released != nil {
+		c.released()
+	}
+}
+
+// Close stops reporting the live limits to the MeterProvider. The
+// interceptors keep working.
+func (c *core) Close() error { return c.metrics.close() }

@@ -1,0 +1,51 @@
+// Package interceptor protects gRPC servers and clients from overload with
+// adaptive concurrency limits.
+//
+// Every call takes a permit from a limiter before it runs and returns it
+// when it ends. How it ended adjusts the limit: successes let it grow,
+// RESOURCE_EXHAUSTED answers and deadline overruns make it back off (see
+// DefaultClassifier). A call that finds no permit fails at once with
+// RESOURCE_EXHAUSTED, a message naming the method and the limit, and a
+// grpc-retry-pushback-ms trailer, so the work that is admitted finishes in
+// time instead of everything finishing late.
+//
+// One line on each side:
+//
+//	srvOpts, err := interceptor.ServerOptions()
+//	srv := grpc.NewServer(srvOpts...)
+//
+//	dialOpts, err := interceptor.DialOptions()
+//	conn, err := grpc.NewClient(target, append(dialOpts, creds)...)
+//
+// The defaults need no tuning: each method gets its own adaptive AIMD
+// limiter (limiter.AIMDConfig) that learns the method's latency and backs
+// off when queueing starts. Health checks and reflection are exempt
+// (DefaultExempt). WithMethod configures a method or a whole service,
+// matched like gRPC's service config: "/pkg.Svc/Method" wins over
+// "/pkg.Svc/", which wins over WithDefault.
+//
+// # Streams
+//
+// A stream holds one permit for its whole life: on the server until the
+// handler returns, on the client until the stream ends however it ends.
+// A stream's duration is not a latency, so streams report their outcome
+// untimed (limiter.Token.ReleaseUntimed): drops lower the limit, successes
+// may raise it, and a long stream never reads as a slow one.
+//
+// # Metrics
+//
+// With an OpenTelemetry SDK installed (or WithMeterProvider), a Server or
+// Client reports, per limiter or per method:
+//
+//	sluice.limit         gauge           {request}  the live limit
+//	sluice.inflight      up-down counter {request}  permits held
+//	sluice.queue.length  up-down counter {request}  calls waiting for a permit
+//	sluice.requests      counter         {request}  decisions and outcomes
+//	sluice.rtt           histogram       s          unary calls' permit time
+//	sluice.queue.wait    histogram       s          time spent queued
+//
+// with rpc.system.name = "grpc", rpc.method = "pkg.Svc/Method" (semantic
+// conventions v1.43), sluice.side, sluice.limiter, and on sluice.requests
+// sluice.decision with sluice.outcome or sluice.reason. Attribute sets are
+// computed once per method, so recording allocates nothing.
+package interceptor

@@ -1,0 +1,87 @@
+package interceptor_test
+
+import (
+	"fmt"
+	"log"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-go/sluice/interceptor"
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// The one line on the server: every method gets an adaptive limiter.
+func ExampleServerOptions() {
+	opts, err := interceptor.ServerOptions()
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	// Register services, then srv.Serve(lis).
+	srv.Stop()
+	// Output:
+}
+
+// The one line on the client: calls back off when the servers push back.
+func ExampleDialOptions() {
+	opts, err := interceptor.DialOptions()
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := grpc.NewClient("dns:///orders.internal:443",
+		append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	// Output:
+}
+
+// Per-method limits: a method entry wins over its service's entry, which
+// wins over the default.
+func ExampleWithMethod() {
+	srv, err := interceptor.NewServer(
+		// Reports scan a large table: at most 4 at a time, and a short
+		// queue so a burst waits instead of failing.
+		interceptor.WithMethod("/shop.v1.Reports/Generate", interceptor.Limit{
+			Algorithm: interceptor.Fixed(4),
+			Queue:     limiter.FixedQueue(8),
+		}),
+		// Every method of the order service shares one adaptive limiter.
+		interceptor.WithMethod("/shop.v1.Orders/", interceptor.Limit{
+			Algorithm: interceptor.AIMD(limiter.AIMDConfig{MaxLimit: 200}),
+		}),
+		interceptor.WithExempt("/shop.v1.Admin/"),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	_ = grpc.NewServer(srv.ServerOptions()...)
+	// Output:
+}
+
+// Configuration mistakes are errors at construction, all at once.
+func ExampleNewServer_errors() {
+	_, err := interceptor.NewServer(
+		interceptor.WithMethod("shop.v1.Orders/Create", interceptor.Limit{}),
+		interceptor.WithDefault(interceptor.Limit{
+			Algorithm: interceptor.AIMD(limiter.AIMDConfig{BackoffRatio: 1.5}),
+		}),
+	)
+	fmt.Println(err)
+	// Output:
+	// interceptor: WithDefault: limiter: AIMDConfig.BackoffRatio is 1.5, must be in [0.5, 1)
+	// interceptor: method name "shop.v1.Orders/Create" does not start with '/': want "/package.Service/Method" or "/package.Service/"
+}
+
+// A custom pushback: ask rejected callers to wait a fixed second.
+func ExampleWithPushback() {
+	_, err := interceptor.ServerOptions(interceptor.WithPushback(func(interceptor.LimiterState) time.Duration {
+		return time.Second
+	}))
+	fmt.Println(err)
+	// Output: <nil>
+}

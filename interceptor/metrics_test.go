@@ -1,0 +1,136 @@
+package interceptor
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// collect reads every sluice instrument from r, by name.
+func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Aggregation {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.Collect(context.Background(), &rm))
+	out := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		assert.Equal(t, meterName, sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
+}
+
+func attrsOf(kv ...attribute.KeyValue) attribute.Set { return attribute.NewSet(kv...) }
+
+func TestMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, provider.Shutdown(context.Background())) }()
+
+	b := newBlock()
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return &testpb.UnaryResponse{}, b.wait(ctx)
+	}}
+	e := newEnv(t, svc, envConfig{
+		server:   []Option{WithMeterProvider(provider), WithMethod(testService, fixed(1))},
+		noClient: true,
+	})
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+		assert.NoError(t, err)
+	})
+	b.awaitEntered(t, 1)
+
+	limiterAttrs := attrsOf(attribute.String("rpc.system.name", "grpc"), attribute.String("sluice.side", "server"),
+		attribute.String("sluice.limiter", "sluice.test.v1.TestService/"))
+	got := collect(t, reader)
+	assert.Equal(t, []metricdata.DataPoint[int64]{{Attributes: limiterAttrs, Value: 1}},
+		withoutTimes(got["sluice.limit"].(metricdata.Gauge[int64]).DataPoints))
+	assert.Equal(t, []metricdata.DataPoint[int64]{{Attributes: limiterAttrs, Value: 1}},
+		withoutTimes(got["sluice.inflight"].(metricdata.Sum[int64]).DataPoints))
+
+	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	close(b.release)
+	wg.Wait()
+	e.awaitRelease(t, "server")
+
+	got = collect(t, reader)
+	call := func(kv ...attribute.KeyValue) attribute.Set {
+		return attrsOf(append([]attribute.KeyValue{
+			attribute.String("rpc.system.name", "grpc"),
+			attribute.String("rpc.method", "sluice.test.v1.TestService/Unary"),
+			attribute.String("sluice.side", "server"),
+			attribute.String("sluice.limiter", "sluice.test.v1.TestService/"),
+		}, kv...)...)
+	}
+	requests := got["sluice.requests"].(metricdata.Sum[int64])
+	assert.True(t, requests.IsMonotonic)
+	assert.ElementsMatch(t, []metricdata.DataPoint[int64]{
+		{Attributes: call(attribute.String("sluice.decision", "admitted"), attribute.String("sluice.outcome", "success")), Value: 1},
+		{Attributes: call(attribute.String("sluice.decision", "rejected"), attribute.String("sluice.reason", "limit")), Value: 1},
+	}, withoutTimes(requests.DataPoints))
+
+	rtt := got["sluice.rtt"].(metricdata.Histogram[float64])
+	require.Len(t, rtt.DataPoints, 1)
+	assert.Equal(t, call(), rtt.DataPoints[0].Attributes)
+	assert.Equal(t, uint64(1), rtt.DataPoints[0].Count)
+	assert.Equal(t, rpcBuckets, rtt.DataPoints[0].Bounds)
+
+	assert.Equal(t, []metricdata.DataPoint[int64]{{Attributes: limiterAttrs, Value: 0}},
+		withoutTimes(got["sluice.inflight"].(metricdata.Sum[int64]).DataPoints))
+	assert.NotContains(t, got, "sluice.queue.wait", "no call waited")
+}
+
+func TestMetricsQueueWait(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, provider.Shutdown(context.Background())) }()
+	s, err := NewServer(WithMeterProvider(provider), WithDefault(Limit{Algorithm: Fixed(1), Queue: limiter.FixedQueue(1)}))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+
+	r := s.table.lookup(unaryMethod)
+	tok, rej := s.admit(t.Context(), r)
+	require.Nil(t, rej)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, rej = s.admit(ctx, r)
+	require.NotNil(t, rej)
+	assert.Equal(t, codes.Canceled, status.Code(rej.err))
+	s.finish(t.Context(), r, &tok, Result{})
+
+	got := collect(t, reader)
+	wait := got["sluice.queue.wait"].(metricdata.Histogram[float64])
+	require.Len(t, wait.DataPoints, 1)
+	assert.Equal(t, uint64(1), wait.DataPoints[0].Count)
+	var reasons []string
+	for _, dp := range got["sluice.requests"].(metricdata.Sum[int64]).DataPoints {
+		if v, ok := dp.Attributes.Value("sluice.reason"); ok {
+			reasons = append(reasons, v.AsString())
+		}
+	}
+	assert.Equal(t, []string{"canceled"}, reasons)
+}
+
+func withoutTimes[N int64 | float64](dps []metricdata.DataPoint[N]) []metricdata.DataPoint[N] {
+	out := make([]metricdata.DataPoint[N], len(dps))
+	for i, dp := range dps {
+		out[i] = metricdata.DataPoint[N]{Attributes: dp.Attributes, Value: dp.Value}
+	}
+	return out
+}

@@ -1,0 +1,171 @@
+package interceptor
+
+import (
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// An Option configures a Server or a Client.
+type Option func(*config)
+
+// A Limit describes the limiter of one method, one service, or the default.
+// The zero Limit is the protective default: an adaptive AIMD limiter
+// (limiter.AIMDConfig's defaults) and no wait queue.
+type Limit struct {
+	// Algorithm makes the algorithm of each limiter built from this Limit.
+	// Nil means AIMD with the defaults of limiter.AIMDConfig. Use AIMD,
+	// Vegas, Gradient2 or Fixed, or any func returning a fresh Algorithm:
+	// algorithms keep state, so each limiter needs its own.
+	Algorithm AlgorithmFunc
+	// Queue lets calls that find every permit taken wait for one, within
+	// their deadline and the queue's bound. The zero value is
+	// limiter.NoQueue: such calls are rejected at once.
+	Queue limiter.Queue
+	// LIFO serves queued calls newest-first (see limiter.WithLIFO).
+	LIFO bool
+	// Exempt lets calls through without a permit and without metrics.
+	Exempt bool
+}
+
+// An AlgorithmFunc returns a new Algorithm for one limiter.
+type AlgorithmFunc func() (limiter.Algorithm, error)
+
+// AIMD returns an AlgorithmFunc making limiter.AIMD algorithms with c.
+func AIMD(c limiter.AIMDConfig) AlgorithmFunc {
+	return func() (limiter.Algorithm, error) { return limiter.NewAIMD(c) }
+}
+
+// Vegas returns an AlgorithmFunc making limiter.Vegas algorithms with c.
+func Vegas(c limiter.VegasConfig) AlgorithmFunc {
+	return func() (limiter.Algorithm, error) { return limiter.NewVegas(c) }
+}
+
+// Gradient2 returns an AlgorithmFunc making limiter.Gradient2 algorithms
+// with c.
+func Gradient2(c limiter.Gradient2Config) AlgorithmFunc {
+	return func() (limiter.Algorithm, error) { return limiter.NewGradient2(c) }
+}
+
+// Fixed returns an AlgorithmFunc making fixed limits of n.
+func Fixed(n int) AlgorithmFunc {
+	return func() (limiter.Algorithm, error) { return limiter.NewFixed(n) }
+}
+
+// DefaultExempt lists the services exempt from limiting unless an option
+// names them: health checks must answer under overload, or a load balancer
+// takes a busy server for a dead one, and reflection is tooling.
+var DefaultExempt = []string{
+	"/grpc.health.v1.Health/",
+	"/grpc.reflection.v1.ServerReflection/",
+	"/grpc.reflection.v1alpha.ServerReflection/",
+}
+
+type config struct {
+	def        Limit
+	methods    []namedLimit
+	classifier Classifier
+	pushback   PushbackFunc
+	maxHold    time.Duration
+	provider   metric.MeterProvider
+	errs       []error
+}
+
+type namedLimit struct {
+	name  string
+	limit Limit
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		classifier: DefaultClassifier,
+		pushback:   DefaultPushback,
+		maxHold:    DefaultMaxPushback,
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c)
+		}
+	}
+	return c
+}
+
+// WithDefault sets the Limit of every method no WithMethod option matches.
+// Each such method gets a limiter of its own, so a slow method cannot eat
+// the permits of a fast one and latency-based algorithms see one kind of
+// call each.
+func WithDefault(l Limit) Option {
+	return func(c *config) { c.def = l }
+}
+
+// WithMethod sets the Limit of a method, "/package.Service/Method", or of
+// every method of a service, "/package.Service/", matched as in gRPC's
+// service config: a method entry wins over its service's entry, which wins
+// over the default. All methods of a service entry share one limiter.
+// Naming an entry of DefaultExempt replaces its exemption.
+func WithMethod(name string, l Limit) Option {
+	return func(c *config) { c.methods = append(c.methods, namedLimit{name, l}) }
+}
+
+// WithExempt exempts methods or services (names as for WithMethod) from
+// limiting, in addition to DefaultExempt.
+func WithExempt(names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			c.methods = append(c.methods, namedLimit{n, Limit{Exempt: true}})
+		}
+	}
+}
+
+// WithClassifier replaces DefaultClassifier, which decides what each
+// finished call tells the limiter.
+func WithClassifier(f Classifier) Option {
+	return func(c *config) {
+		if f == nil {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithClassifier(nil): a Classifier is required; omit the option for DefaultClassifier"))
+			return
+		}
+		c.classifier = f
+	}
+}
+
+// WithPushback replaces DefaultPushback, which computes the
+// grpc-retry-pushback-ms trailer of a server's rejections.
+func WithPushback(f PushbackFunc) Option {
+	return func(c *config) {
+		if f == nil {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithPushback(nil): a PushbackFunc is required; omit the option for DefaultPushback"))
+			return
+		}
+		c.pushback = f
+	}
+}
+
+// WithMaxPushback bounds how long a Client honours a server's pushback (see
+// Client). Longer pushbacks are cut to d; 0 turns honouring off. The default
+// is DefaultMaxPushback.
+func WithMaxPushback(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithMaxPushback(%v): must be >= 0 (0 turns pushback off)", d))
+			return
+		}
+		c.maxHold = d
+	}
+}
+
+// WithMeterProvider sets where metrics go. The default is the global
+// provider, otel.GetMeterProvider(), which records nothing until an SDK is
+// installed.
+func WithMeterProvider(p metric.MeterProvider) Option {
+	return func(c *config) {
+		if p == nil {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithMeterProvider(nil): a MeterProvider is required; omit the option for the global one"))
+			return
+		}
+		c.provider = p
+	}
+}

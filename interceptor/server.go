@@ -1,0 +1,180 @@
+package interceptor
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// A Server holds the limiters of a gRPC server and gives out its
+// interceptors. Each method (or configured service) gets an adaptive
+// limiter; a call takes a permit before its handler runs and returns it
+// when the handler returns, on every path, panics included. Calls over the
+// limit fail with RESOURCE_EXHAUSTED and a grpc-retry-pushback-ms trailer.
+//
+// A Server is safe for concurrent use. Install both interceptors on one
+// grpc.Server with ServerOptions.
+type Server struct {
+	*core
+}
+
+// NewServer returns a Server configured by opts. Invalid options (a
+// malformed method name, a limit out of range) are reported together in
+// the error.
+func NewServer(opts ...Option) (*Server, error) {
+	c, _, err := newCore("server", opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{c}, nil
+}
+
+// ServerOptions returns the options that install sluice's server
+// interceptors, for grpc.NewServer:
+//
+//	opts, err := interceptor.ServerOptions()
+//	...
+//	srv := grpc.NewServer(opts...)
+//
+// Put sluice before interceptors that do real work (auth, logging may go
+// first) so rejected calls cost little, and after a recovery interceptor
+// so a handler's panic passes through sluice, which releases the permit.
+func ServerOptions(opts ...Option) ([]grpc.ServerOption, error) {
+	s, err := NewServer(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s.ServerOptions(), nil
+}
+
+// ServerOptions returns grpc.ChainUnaryInterceptor and
+// grpc.ChainStreamInterceptor options with s's interceptors.
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(s.StreamServerInterceptor()),
+	}
+}
+
+// UnaryServerInterceptor returns the interceptor that limits unary calls.
+func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return s.unary
+}
+
+// StreamServerInterceptor returns the interceptor that limits streams. A
+// stream holds its permit until its handler returns.
+func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return s.stream
+}
+
+func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	r := s.table.lookup(info.FullMethod)
+	if r.gate == nil {
+		return handler(ctx, req)
+	}
+	tok, rej := s.admit(ctx, r)
+	if rej != nil {
+		if rej.pushback >= 0 {
+			// The call fails either way; a trailer that cannot be set
+			// (the transport is gone) changes nothing for the caller.
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, formatPushback(rej.pushback)))
+		}
+		return nil, rej.err
+	}
+	done := false
+	defer func() {
+		if !done { // the handler panicked: release, let the panic go on
+			s.release(ctx, r, &tok, limiter.Ignored, false)
+		}
+	}()
+	resp, err = handler(ctx, req)
+	done = true
+	s.finish(ctx, r, &tok, Result{FullMethod: info.FullMethod, Err: err, Late: late(ctx)})
+	return resp, err
+}
+
+func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	r := s.table.lookup(info.FullMethod)
+	if r.gate == nil {
+		return handler(srv, ss)
+	}
+	ctx := ss.Context()
+	tok, rej := s.admit(ctx, r)
+	if rej != nil {
+		if rej.pushback >= 0 {
+			ss.SetTrailer(metadata.Pairs(PushbackKey, formatPushback(rej.pushback)))
+		}
+		return rej.err
+	}
+	done := false
+	defer func() {
+		if !done {
+			s.release(ctx, r, &tok, limiter.Ignored, false)
+		}
+	}()
+	err := handler(srv, ss)
+	done = true
+	s.finish(ctx, r, &tok, Result{FullMethod: info.FullMethod, Err: err, Late: late(ctx), Stream: true})
+	return err
+}
+
+// CheckRegistered reports the methods and services configured with
+// WithMethod or WithExempt that srv does not serve, typically a typo that
+// would otherwise leave a method on the default limit. Call it after
+// registering every service:
+//
+//	if err := limits.CheckRegistered(srv); err != nil { ... }
+func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
+	info := srv.GetServiceInfo()
+	var unknown []string
+	for name := range s.table.methods {
+		service, method, _ := strings.Cut(name[1:], "/")
+		if !serves(info, service, method) {
+			unknown = append(unknown, name)
+		}
+	}
+	for service, e := range s.table.services {
+		if _, ok := info[service]; !ok && !isDefaultExempt(e.name) {
+			unknown = append(unknown, e.name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	return fmt.Errorf("interceptor: configured but not served by this server: %s", strings.Join(unknown, ", "))
+}
+
+func serves(info map[string]grpc.ServiceInfo, service, method string) bool {
+	si, ok := info[service]
+	if !ok {
+		return false
+	}
+	for _, m := range si.Methods {
+		if m.Name == method {
+			return true
+		}
+	}
+	return false
+}
+
+func isDefaultExempt(name string) bool {
+	for _, n := range DefaultExempt {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// A ServiceInfoProvider lists the services a server serves; *grpc.Server
+// is one.
+type ServiceInfoProvider interface {
+	GetServiceInfo() map[string]grpc.ServiceInfo
+}

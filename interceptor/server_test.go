@@ -1,0 +1,479 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/limiter"
+)
+
+func TestServerRejectsOverLimit(t *testing.T) {
+	b := newBlock()
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return &testpb.UnaryResponse{}, b.wait(ctx)
+	}}
+	e := newEnv(t, svc, envConfig{
+		server:   []Option{WithMethod(unaryMethod, fixed(2)), WithPushback(func(LimiterState) time.Duration { return 250 * time.Millisecond })},
+		noClient: true,
+	})
+	ctx := t.Context()
+
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+			assert.NoError(t, err)
+		})
+	}
+	b.awaitEntered(t, 2)
+
+	var trailer metadata.MD
+	_, err := e.client.Unary(ctx, &testpb.UnaryRequest{}, grpc.Trailer(&trailer))
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Equal(t, "sluice: server rejected /sluice.test.v1.TestService/Unary: concurrency limit 2 reached (2 in flight, 0 queued)",
+		status.Convert(err).Message())
+	assert.Equal(t, []string{"250"}, trailer.Get(PushbackKey))
+
+	close(b.release)
+	wg.Wait()
+	for range 2 {
+		e.awaitRelease(t, "server")
+	}
+}
+
+func TestServerOutcomeAdjustsLimit(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler func(ctx context.Context) error
+		call    func(t *testing.T, c testpb.TestServiceClient, entered <-chan struct{}) error
+		want    codes.Code
+		limit   int // after the call, from 10
+	}{
+		{"success leaves a full limit", func(context.Context) error { return nil },
+			nil, codes.OK, 10},
+		{"RESOURCE_EXHAUSTED from the handler backs off",
+			func(context.Context) error { return status.Error(codes.ResourceExhausted, "downstream full") },
+			nil, codes.ResourceExhausted, 5},
+		{"a deadline overrun backs off",
+			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+			func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
+				ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+				defer cancel()
+				_, err := c.Unary(ctx, &testpb.UnaryRequest{})
+				return err
+			}, codes.DeadlineExceeded, 5},
+		{"a handler finishing after the deadline backs off even when it succeeds",
+			func(ctx context.Context) error { <-ctx.Done(); return nil },
+			func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
+				ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+				defer cancel()
+				_, err := c.Unary(ctx, &testpb.UnaryRequest{})
+				// The server's timer (from grpc-timeout) and the client's
+				// race: the client may see the late OK or its deadline.
+				if status.Code(err) == codes.OK {
+					return status.Error(codes.DeadlineExceeded, "late")
+				}
+				return err
+			}, codes.DeadlineExceeded, 5},
+		{"a cancelled call changes nothing",
+			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+			func(t *testing.T, c testpb.TestServiceClient, entered <-chan struct{}) error {
+				ctx, cancel := context.WithCancel(t.Context())
+				go func() { <-entered; cancel() }()
+				_, err := c.Unary(ctx, &testpb.UnaryRequest{})
+				return err
+			}, codes.Canceled, 10},
+		{"other errors are not overload",
+			func(context.Context) error { return status.Error(codes.NotFound, "no such thing") },
+			nil, codes.NotFound, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			entered := make(chan struct{})
+			var once sync.Once
+			svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+				once.Do(func() { close(entered) })
+				return &testpb.UnaryResponse{}, tt.handler(ctx)
+			}}
+			e := newEnv(t, svc, envConfig{server: []Option{WithDefault(perCall())}, noClient: true})
+			call := tt.call
+			if call == nil {
+				call = func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
+					_, err := c.Unary(t.Context(), &testpb.UnaryRequest{})
+					return err
+				}
+			}
+			assert.Equal(t, tt.want, status.Code(call(t, e.client, entered)))
+			<-entered
+			e.awaitRelease(t, "server")
+			assert.Equal(t, tt.limit, gateOf(e.srv.core, unaryMethod).lim.Limit())
+		})
+	}
+}
+
+// recovery is the usual recovery interceptor, installed outside sluice.
+func recovery(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = status.Errorf(codes.Internal, "panic: %v", r)
+		}
+	}()
+	return h(ctx, req)
+}
+
+func recoveryStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = status.Errorf(codes.Internal, "panic: %v", r)
+		}
+	}()
+	return h(srv, ss)
+}
+
+func TestServerPanicReleasesPermit(t *testing.T) {
+	svc := &testpb.Service{
+		UnaryFunc: func(context.Context, *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+			panic("handler bug")
+		},
+		ServerStreamFunc: func(*testpb.ServerStreamRequest, grpc.ServerStreamingServer[testpb.ServerStreamResponse]) error {
+			panic("stream handler bug")
+		},
+	}
+	e := newEnv(t, svc, envConfig{
+		server:      []Option{WithDefault(perCall())},
+		noClient:    true,
+		outer:       []grpc.UnaryServerInterceptor{recovery},
+		outerStream: []grpc.StreamServerInterceptor{recoveryStream},
+	})
+	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+	assert.Equal(t, "panic: handler bug", status.Convert(err).Message(), "the panic reaches the recovery interceptor")
+	e.awaitRelease(t, "server")
+
+	stream, err := e.client.ServerStream(t.Context(), &testpb.ServerStreamRequest{})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	assert.Equal(t, "panic: stream handler bug", status.Convert(err).Message())
+	e.awaitRelease(t, "server")
+
+	for _, m := range []string{unaryMethod, serverStreamMethod} {
+		assert.Equal(t, 10, gateOf(e.srv.core, m).lim.Limit(), "a panic is no overload signal")
+	}
+}
+
+func TestServerStreamHoldsPermit(t *testing.T) {
+	b := newBlock()
+	svc := &testpb.Service{ServerStreamFunc: func(_ *testpb.ServerStreamRequest, s grpc.ServerStreamingServer[testpb.ServerStreamResponse]) error {
+		if err := b.wait(s.Context()); err != nil {
+			return err
+		}
+		return s.Send(&testpb.ServerStreamResponse{})
+	}}
+	e := newEnv(t, svc, envConfig{server: []Option{WithMethod(serverStreamMethod, fixed(1)), WithPushback(func(LimiterState) time.Duration { return -1 })}, noClient: true})
+
+	first, err := e.client.ServerStream(t.Context(), &testpb.ServerStreamRequest{})
+	require.NoError(t, err)
+	b.awaitEntered(t, 1)
+
+	second, err := e.client.ServerStream(t.Context(), &testpb.ServerStreamRequest{})
+	require.NoError(t, err)
+	_, err = second.Recv()
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Empty(t, second.Trailer().Get(PushbackKey), "a negative pushback sends no trailer")
+
+	close(b.release)
+	_, err = first.Recv()
+	require.NoError(t, err)
+	_, err = first.Recv()
+	require.ErrorIs(t, err, io.EOF)
+	e.awaitRelease(t, "server")
+}
+
+func TestServerQueue(t *testing.T) {
+	b := newBlock()
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return &testpb.UnaryResponse{}, b.wait(ctx)
+	}}
+	e := newEnv(t, svc, envConfig{
+		server:   []Option{WithMethod(unaryMethod, Limit{Algorithm: Fixed(1), Queue: limiter.FixedQueue(1)})},
+		noClient: true,
+	})
+	g := gateOf(e.srv.core, unaryMethod)
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+		assert.NoError(t, err)
+	})
+	b.awaitEntered(t, 1)
+
+	// A queued call whose deadline passes gets DEADLINE_EXCEEDED.
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+	cancel()
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+	// The server learns of the expiry a moment after the client.
+	e.awaitRejection(t, "server:deadline")
+
+	// One caller waits; the next finds the queue full.
+	wg.Go(func() {
+		_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+		assert.NoError(t, err)
+	})
+	for g.lim.QueueLen() == 0 {
+		// The queued caller's arrival is not observable otherwise; yield
+		// to the gRPC goroutines until it is in the queue.
+		runtime.Gosched()
+	}
+	_, err = e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	e.awaitRejection(t, "server:limit")
+
+	close(b.release)
+	wg.Wait()
+	e.awaitRelease(t, "server")
+	e.awaitRelease(t, "server")
+}
+
+func TestMethodPrecedenceOverGRPC(t *testing.T) {
+	svc := &testpb.Service{}
+	e := newEnv(t, svc, envConfig{
+		server: []Option{
+			WithDefault(fixed(7)),
+			WithMethod(testService, fixed(5)),
+			WithMethod(unaryMethod, fixed(3)),
+			WithExempt(bidiMethod),
+		},
+		noClient: true,
+		register: func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) },
+	})
+	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+	require.NoError(t, err)
+	e.awaitRelease(t, "server")
+
+	hc := healthpb.NewHealthClient(e.conn)
+	_, err = hc.Check(t.Context(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+
+	s := e.srv.core
+	assert.Equal(t, 3, gateOf(s, unaryMethod).lim.Limit())
+	assert.Equal(t, 5, gateOf(s, serverStreamMethod).lim.Limit())
+	assert.Same(t, gateOf(s, serverStreamMethod), gateOf(s, clientStreamMethod), "a service entry shares one limiter")
+	assert.Nil(t, gateOf(s, bidiMethod), "exempt")
+	assert.Nil(t, gateOf(s, "/grpc.health.v1.Health/Check"), "health is exempt by default")
+	assert.Equal(t, 7, gateOf(s, "/other.v1.Svc/A").lim.Limit())
+	assert.NotSame(t, gateOf(s, "/other.v1.Svc/A"), gateOf(s, "/other.v1.Svc/B"), "default limiters are per method")
+	assert.NoError(t, e.srv.CheckRegistered(grpcServerInfo{"sluice.test.v1.TestService": {"Unary", "ServerStream", "ClientStream", "Bidi"}}))
+}
+
+func TestCheckRegistered(t *testing.T) {
+	s, err := NewServer(
+		WithMethod(unaryMethod, fixed(1)),
+		WithMethod("/sluice.test.v1.TestService/Unray", fixed(1)),
+		WithMethod("/sluice.test.v1.TestServcie/", fixed(1)),
+	)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	err = s.CheckRegistered(grpcServerInfo{"sluice.test.v1.TestService": {"Unary"}})
+	assert.EqualError(t, err, "interceptor: configured but not served by this server: /sluice.test.v1.TestServcie/, /sluice.test.v1.TestService/Unray")
+}
+
+// grpcServerInfo fakes a server's registered services.
+type grpcServerInfo map[string][]string
+
+func (g grpcServerInfo) GetServiceInfo() map[string]grpc.ServiceInfo {
+	out := map[string]grpc.ServiceInfo{}
+	for svc, methods := range g {
+		var mi []grpc.MethodInfo
+		for _, m := range methods {
+			mi = append(mi, grpc.MethodInfo{Name: m})
+		}
+		out[svc] = grpc.ServiceInfo{Methods: mi}
+	}
+	return out
+}
+
+func TestServerHealthCanBeLimited(t *testing.T) {
+	s, err := NewServer(WithMethod("/grpc.health.v1.Health/", fixed(4)))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	g := gateOf(s.core, "/grpc.health.v1.Health/Check")
+	require.NotNil(t, g, "naming a default exemption replaces it")
+	assert.Equal(t, 4, g.lim.Limit())
+}
+
+func TestOptionErrors(t *testing.T) {
+	badAIMD := AIMD(limiter.AIMDConfig{BackoffRatio: 1.2})
+	tests := []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{"no leading slash", []Option{WithMethod("pkg.Svc/Method", Limit{})},
+			`interceptor: method name "pkg.Svc/Method" does not start with '/': want "/package.Service/Method" or "/package.Service/"`},
+		{"no service separator", []Option{WithMethod("/pkg.Svc", Limit{})},
+			`interceptor: method name "/pkg.Svc" has no '/' after the service: want "/package.Service/Method" or "/package.Service/"`},
+		{"empty service", []Option{WithExempt("//Method")},
+			`interceptor: method name "//Method" has an empty service: want "/package.Service/Method" or "/package.Service/"`},
+		{"too many slashes", []Option{WithMethod("/a/b/c", Limit{})},
+			`interceptor: method name "/a/b/c" has more than two '/': want "/package.Service/Method" or "/package.Service/"`},
+		{"spaces", []Option{WithMethod("/pkg.Svc/Do it", Limit{})},
+			`interceptor: method name "/pkg.Svc/Do it" contains spaces or control characters: want "/package.Service/Method" or "/package.Service/"`},
+		{"empty package part", []Option{WithMethod("/pkg..Svc/", Limit{})},
+			`interceptor: method name "/pkg..Svc/" has an empty package or service name part: want "/package.Service/Method" or "/package.Service/"`},
+		{"duplicate", []Option{WithMethod(unaryMethod, Limit{}), WithExempt(unaryMethod)},
+			`interceptor: method "/sluice.test.v1.TestService/Unary" is configured twice`},
+		{"bad algorithm in a method", []Option{WithMethod(unaryMethod, Limit{Algorithm: badAIMD})},
+			`interceptor: WithMethod("/sluice.test.v1.TestService/Unary"): limiter: AIMDConfig.BackoffRatio is 1.2, must be in [0.5, 1)`},
+		{"bad default", []Option{WithDefault(Limit{Algorithm: Fixed(0)})},
+			`interceptor: WithDefault: limiter: Fixed limit is 0, must be in [1, 1048576]`},
+		{"bad queue", []Option{WithDefault(Limit{Queue: limiter.FixedQueue(-1)})},
+			`interceptor: WithDefault: limiter: FixedQueue size is -1, must be in [0, 1048576]`},
+		{"nil algorithm result", []Option{WithDefault(Limit{Algorithm: func() (limiter.Algorithm, error) { return nil, nil }})},
+			`interceptor: WithDefault: Limit.Algorithm returned a nil Algorithm`},
+		{"nil classifier", []Option{WithClassifier(nil)},
+			`interceptor: WithClassifier(nil): a Classifier is required; omit the option for DefaultClassifier`},
+		{"nil pushback", []Option{WithPushback(nil)},
+			`interceptor: WithPushback(nil): a PushbackFunc is required; omit the option for DefaultPushback`},
+		{"negative max pushback", []Option{WithMaxPushback(-time.Second)},
+			`interceptor: WithMaxPushback(-1s): must be >= 0 (0 turns pushback off)`},
+		{"nil meter provider", []Option{WithMeterProvider(nil)},
+			`interceptor: WithMeterProvider(nil): a MeterProvider is required; omit the option for the global one`},
+		{"every problem is reported", []Option{WithMethod("a", Limit{}), WithMethod("b", Limit{})},
+			"interceptor: method name \"a\" does not start with '/': want \"/package.Service/Method\" or \"/package.Service/\"\n" +
+				"interceptor: method name \"b\" does not start with '/': want \"/package.Service/Method\" or \"/package.Service/\""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewServer(tt.opts...)
+			assert.Nil(t, s)
+			assert.EqualError(t, err, tt.want)
+			c, err := NewClient(tt.opts...)
+			assert.Nil(t, c)
+			assert.EqualError(t, err, tt.want)
+			_, err = ServerOptions(tt.opts...)
+			assert.Error(t, err)
+			_, err = DialOptions(tt.opts...)
+			assert.Error(t, err)
+		})
+	}
+}
+
+func TestNilOptionIsIgnored(t *testing.T) {
+	s, err := NewServer(nil, WithDefault(fixed(3)), nil)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	assert.Equal(t, 3, gateOf(s.core, unaryMethod).lim.Limit())
+}
+
+func TestRoutesAreBounded(t *testing.T) {
+	s, err := NewServer(WithMethod(unaryMethod, fixed(2)))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	for i := range maxRoutes + 10 {
+		s.table.lookup(fmt.Sprintf("/gen.Svc/M%d", i))
+	}
+	assert.LessOrEqual(t, len(*s.table.routes.Load()), maxRoutes)
+	r := s.table.lookup("/gen.Svc/Late")
+	assert.Equal(t, otherMethod, r.method)
+	assert.Equal(t, otherMethod, r.gate.name)
+	assert.Same(t, r, s.table.lookup("/gen.Svc/Later"), "overflow methods share one route")
+	assert.Equal(t, 2, gateOf(s.core, unaryMethod).lim.Limit(), "configured methods keep their limiter past the bound")
+}
+
+var errBoom = errors.New("boom")
+
+func TestDefaultClassifier(t *testing.T) {
+	tests := []struct {
+		name string
+		res  Result
+		want limiter.Outcome
+	}{
+		{"ok", Result{}, limiter.Success},
+		{"ok but late", Result{Late: true}, limiter.Dropped},
+		{"resource exhausted", Result{Err: status.Error(codes.ResourceExhausted, "")}, limiter.Dropped},
+		{"deadline exceeded", Result{Err: status.Error(codes.DeadlineExceeded, "")}, limiter.Dropped},
+		{"bare context deadline", Result{Err: context.DeadlineExceeded}, limiter.Dropped},
+		{"wrapped context deadline", Result{Err: fmt.Errorf("db: %w", context.DeadlineExceeded)}, limiter.Dropped},
+		{"canceled", Result{Err: status.Error(codes.Canceled, "")}, limiter.Ignored},
+		{"bare context canceled", Result{Err: context.Canceled}, limiter.Ignored},
+		{"not found", Result{Err: status.Error(codes.NotFound, "")}, limiter.Success},
+		{"unavailable", Result{Err: status.Error(codes.Unavailable, "")}, limiter.Success},
+		{"plain error", Result{Err: errBoom}, limiter.Success},
+		{"stream ok", Result{Stream: true}, limiter.Success},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, DefaultClassifier(tt.res))
+		})
+	}
+}
+
+func TestCustomClassifier(t *testing.T) {
+	svc := &testpb.Service{UnaryFunc: func(context.Context, *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return nil, status.Error(codes.Unavailable, "db down")
+	}}
+	unavailableIsOverload := func(r Result) limiter.Outcome {
+		if status.Code(r.Err) == codes.Unavailable {
+			return limiter.Dropped
+		}
+		return DefaultClassifier(r)
+	}
+	e := newEnv(t, svc, envConfig{server: []Option{WithDefault(perCall()), WithClassifier(unavailableIsOverload)}, noClient: true})
+	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+	assert.Equal(t, codes.Unavailable, status.Code(err))
+	e.awaitRelease(t, "server")
+	assert.Equal(t, 5, gateOf(e.srv.core, unaryMethod).lim.Limit())
+}
+
+func TestDefaultPushback(t *testing.T) {
+	tests := []struct {
+		rtt, want time.Duration
+	}{
+		{0, 100 * time.Millisecond},
+		{time.Microsecond, MinPushback},
+		{20 * time.Millisecond, 20 * time.Millisecond},
+		{time.Minute, MaxPushback},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, DefaultPushback(LimiterState{RTT: tt.rtt}), "rtt %v", tt.rtt)
+	}
+}
+
+func TestParsePushback(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"250", 250 * time.Millisecond, true},
+		{"9223372036854", 9223372036854 * time.Millisecond, true},
+		{"9223372036855", 0, false}, // overflows time.Duration
+		{"-1", 0, false},
+		{"", 0, false},
+		{"1.5", 0, false},
+		{"10ms", 0, false},
+		{"99999999999999999999999", 0, false},
+	}
+	for _, tt := range tests {
+		d, ok := ParsePushback(tt.in)
+		assert.Equal(t, tt.ok, ok, "%q", tt.in)
+		assert.Equal(t, tt.want, d, "%q", tt.in)
+	}
+}

@@ -1,0 +1,275 @@
+package interceptor
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// maxRoutes bounds how many distinct method names get a route (and a
+// limiter of their own under the default Limit). Servers only see their
+// registered methods, but a client can be handed any string; past the
+// bound, methods share the overflow route, as semconv's _OTHER does.
+const maxRoutes = 1000
+
+// otherMethod names the overflow route in metrics.
+const otherMethod = "_OTHER"
+
+// A gate is one limiter and what is known about the calls it admits.
+type gate struct {
+	name  string // sluice.limiter attribute: "pkg.Svc/Method", "pkg.Svc/" or "_OTHER"
+	lim   *limiter.Limiter
+	queue bool // Acquire may wait
+	// rtt is a moving average of admitted calls' RTT in nanoseconds, the
+	// basis of the default pushback. Concurrent updates may overwrite each
+	// other; an average that skips a sample is still an average.
+	rtt atomic.Int64
+}
+
+// observe folds a call's rtt into g.rtt with weight 1/8.
+func (g *gate) observe(rtt time.Duration) {
+	old := g.rtt.Load()
+	if old == 0 {
+		g.rtt.Store(int64(rtt))
+		return
+	}
+	g.rtt.Store(old + (int64(rtt)-old)/8)
+}
+
+func (g *gate) state() LimiterState {
+	return LimiterState{
+		Name:     g.name,
+		Limit:    g.lim.Limit(),
+		Inflight: g.lim.Inflight(),
+		Queued:   g.lim.QueueLen(),
+		RTT:      time.Duration(g.rtt.Load()),
+	}
+}
+
+// A route is what one method name resolves to.
+type route struct {
+	method string // without the leading slash, for metrics
+	gate   *gate  // nil when exempt
+	attrs  *attrs // metric attributes; nil when exempt
+}
+
+// A table resolves method names to routes. Configured entries are fixed
+// at construction; routes are created on first use and kept in a
+// copy-on-write map, so that a lookup is a single map read with no lock.
+type table struct {
+	methods  map[string]*entry // "/pkg.Svc/Method"
+	services map[string]*entry // "pkg.Svc"
+	def      Limit
+	newAttrs func(method string, g *gate) *attrs
+	onGate   func(g *gate) // tells the metrics about a new limiter
+
+	routes atomic.Pointer[map[string]*route]
+	mu     sync.Mutex // serializes route creation
+	other  *route     // overflow route, created on demand
+}
+
+// entry is one configured method or service.
+type entry struct {
+	name  string
+	limit Limit
+	gate  *gate // shared by every method of a service entry; lazily made
+}
+
+// validMethod checks a WithMethod name and splits it. It accepts
+// "/pkg.Svc/Method" and "/pkg.Svc/" and says what is wrong otherwise.
+func validMethod(name string) (service, method string, err error) {
+	bad := func(why string) error {
+		return fmt.Errorf("interceptor: method name %q %s: want \"/package.Service/Method\" or \"/package.Service/\"", name, why)
+	}
+	if !strings.HasPrefix(name, "/") {
+		return "", "", bad("does not start with '/'")
+	}
+	service, method, ok := strings.Cut(name[1:], "/")
+	switch {
+	case !ok:
+		return "", "", bad("has no '/' after the service")
+	case service == "":
+		return "", "", bad("has an empty service")
+	case strings.Contains(method, "/"):
+		return "", "", bad("has more than two '/'")
+	case strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return "", "", bad("contains spaces or control characters")
+	case strings.HasPrefix(service, ".") || strings.HasSuffix(service, ".") || strings.Contains(service, ".."):
+		return "", "", bad("has an empty package or service name part")
+	}
+	return service, method, nil
+}
+
+// newTable validates the configuration and builds the table. Every error
+// is reported, not just the first.
+func newTable(c *config) (*table, error) {
+	t := &table{
+		methods:  map[string]*entry{},
+		services: map[string]*entry{},
+		def:      c.def,
+	}
+	errs := append([]error(nil), c.errs...)
+	if err := checkLimit("WithDefault", c.def); err != nil {
+		errs = append(errs, err)
+	}
+	seen := map[string]bool{}
+	add := func(name string, l Limit, user bool) {
+		service, method, err := validMethod(name)
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		if user {
+			if seen[name] {
+				errs = append(errs, fmt.Errorf("interceptor: method %q is configured twice", name))
+				return
+			}
+			seen[name] = true
+			if err := checkLimit(fmt.Sprintf("WithMethod(%q)", name), l); err != nil {
+				errs = append(errs, err)
+				return
+			}
+		}
+		e := &entry{name: name, limit: l}
+		if method == "" {
+			t.services[service] = e
+		} else {
+			t.methods[name] = e
+		}
+	}
+	for _, name := range DefaultExempt {
+		add(name, Limit{Exempt: true}, false)
+	}
+	for _, m := range c.methods {
+		add(m.name, m.limit, true)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	empty := map[string]*route{}
+	t.routes.Store(&empty)
+	return t, nil
+}
+
+// checkLimit builds one limiter from l to surface configuration errors at
+// construction rather than at the first call.
+func checkLimit(where string, l Limit) error {
+	if l.Exempt {
+		return nil
+	}
+	if _, err := newLimiter(l); err != nil {
+		return fmt.Errorf("interceptor: %s: %w", where, err)
+	}
+	return nil
+}
+
+func newLimiter(l Limit) (*limiter.Limiter, error) {
+	opts := []limiter.Option{limiter.WithQueue(l.Queue)}
+	if l.Algorithm != nil {
+		alg, err := l.Algorithm()
+		if err != nil {
+			return nil, err
+		}
+		if alg == nil {
+			return nil, errors.New("Limit.Algorithm returned a nil Algorithm")
+		}
+		opts = append(opts, limiter.WithAlgorithm(alg))
+	}
+	if l.LIFO {
+		opts = append(opts, limiter.WithLIFO())
+	}
+	return limiter.New(opts...)
+}
+
+// lookup returns the route of fullMethod, creating it on first use.
+func (t *table) lookup(fullMethod string) *route {
+	if r, ok := (*t.routes.Load())[fullMethod]; ok {
+		return r
+	}
+	return t.create(fullMethod)
+}
+
+func (t *table) create(fullMethod string) *route {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.routes.Load()
+	if r, ok := old[fullMethod]; ok {
+		return r
+	}
+	if len(old) >= maxRoutes {
+		return t.overflowLocked(fullMethod)
+	}
+	r := t.resolveLocked(fullMethod)
+	next := make(map[string]*route, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[fullMethod] = r
+	t.routes.Store(&next)
+	return r
+}
+
+// resolveLocked applies the precedence method > service > default.
+func (t *table) resolveLocked(fullMethod string) *route {
+	method := strings.TrimPrefix(fullMethod, "/")
+	var e *entry
+	if e = t.methods[fullMethod]; e == nil {
+		service, _, _ := strings.Cut(method, "/")
+		e = t.services[service]
+	}
+	var g *gate
+	switch {
+	case e != nil && e.limit.Exempt:
+		return &route{method: method}
+	case e != nil:
+		if e.gate == nil {
+			e.gate = t.newGate(strings.TrimPrefix(e.name, "/"), e.limit)
+		}
+		g = e.gate
+	case t.def.Exempt:
+		return &route{method: method}
+	default:
+		g = t.newGate(method, t.def)
+	}
+	return &route{method: method, gate: g, attrs: t.newAttrs(method, g)}
+}
+
+// overflowLocked routes a method past maxRoutes: configured entries still
+// apply (they have their limiter already), the rest share one limiter.
+func (t *table) overflowLocked(fullMethod string) *route {
+	if e := t.methods[fullMethod]; e != nil {
+		return t.resolveLocked(fullMethod)
+	}
+	if service, _, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/"); t.services[service] != nil {
+		return t.resolveLocked(fullMethod)
+	}
+	if t.other == nil {
+		if t.def.Exempt {
+			t.other = &route{method: otherMethod}
+		} else {
+			g := t.newGate(otherMethod, t.def)
+			t.other = &route{method: otherMethod, gate: g, attrs: t.newAttrs(otherMethod, g)}
+		}
+	}
+	return t.other
+}
+
+func (t *table) newGate(name string, l Limit) *gate {
+	lim, err := newLimiter(l)
+	if err != nil {
+		// newTable built this Limit once already; an AlgorithmFunc that
+		// fails only later falls back to the default algorithm rather
+		// than leaving the method unprotected.
+		lim, _ = limiter.New(limiter.WithQueue(l.Queue))
+	}
+	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.NoQueue}
+	if t.onGate != nil {
+		t.onGate(g)
+	}
+	return g
+}
