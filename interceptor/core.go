@@ -124,3 +124,16 @@ func (c *core) release(ctx context.Context, r *route, tok *limiter.Token, o limi
 // Close stops reporting the live limits to the MeterProvider. The
 // interceptors keep working.
 func (c *core) Close() error { return c.metrics.close() }
+
+// Limiters returns a snapshot of every limiter created so far, in creation
+// order. Limiters are created on a method's first call, so a method never
+// called has none yet.
+func (c *core) Limiters() []LimiterState {
+	c.metrics.mu.Lock()
+	defer c.metrics.mu.Unlock()
+	out := make([]LimiterState, len(c.metrics.gates))
+	for i, ga := range c.metrics.gates {
+		out[i] = ga.g.state()
+	}
+	return out
+}

@@ -477,3 +477,20 @@ func TestParsePushback(t *testing.T) {
 		assert.Equal(t, tt.want, d, "%q", tt.in)
 	}
 }
+
+func TestLimiters(t *testing.T) {
+	s, err := NewServer(WithMethod(testService, fixed(3)), WithDefault(fixed(2)))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	assert.Empty(t, s.Limiters())
+	r := s.table.lookup(unaryMethod)
+	s.table.lookup(bidiMethod) // same service limiter
+	s.table.lookup("/other.v1.Svc/Get")
+	tok, rej := s.admit(t.Context(), r)
+	require.Nil(t, rej)
+	assert.Equal(t, []LimiterState{
+		{Name: "sluice.test.v1.TestService/", Limit: 3, Inflight: 1},
+		{Name: "other.v1.Svc/Get", Limit: 2},
+	}, s.Limiters())
+	s.finish(t.Context(), r, &tok, Result{})
+}
