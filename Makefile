@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload bench lint fmt check-tidy tidy generate check-generate ci
+.PHONY: all test overload bench lint fmt check-tidy tidy generate check-generate fuzz ci
 
 all: ci
 
@@ -26,6 +26,17 @@ overload:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=5 ./... | tee bench.txt
 	$(TOOL) benchstat bench.txt
+
+## fuzz: every fuzz target of the root module for FUZZTIME each; the seed
+## corpora in each package's testdata/fuzz run with plain `go test` too.
+FUZZTIME ?= 10s
+FUZZ_TARGETS = $(shell grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' limiter interceptor | sed 's#/[^/]*_test.go:func #:#')
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+	done
 
 ## lint: formatting, go vet and staticcheck over every module.
 lint:
@@ -61,4 +72,4 @@ check-tidy:
 			{ echo "go mod tidy changes $$m: run make tidy and commit"; exit 1; }; \
 	done
 
-ci: lint check-tidy check-generate test
+ci: lint check-tidy check-generate test fuzz

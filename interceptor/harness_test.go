@@ -49,6 +49,7 @@ type env struct {
 	cli    *Client // nil: unprotected client
 	client testpb.TestServiceClient
 	conn   *grpc.ClientConn
+	gs     *grpc.Server
 	// releases receives one value per permit returned on either side.
 	releases chan string
 	// rejections receives "side:reason" per rejected call.
@@ -70,7 +71,10 @@ func newEnv(t *testing.T, svc *testpb.Service, ec envConfig) *env {
 	t.Helper()
 	e := &env{releases: make(chan string, 1000), rejections: make(chan string, 1000)}
 	var sopts []grpc.ServerOption
-	sopts = append(sopts, grpc.ChainUnaryInterceptor(ec.outer...), grpc.ChainStreamInterceptor(ec.outerStream...))
+	// WaitForHandlers: Stop returns only once every handler has, so the
+	// permit checks after it see the final state.
+	sopts = append(sopts, grpc.WaitForHandlers(true),
+		grpc.ChainUnaryInterceptor(ec.outer...), grpc.ChainStreamInterceptor(ec.outerStream...))
 	if !ec.noServer {
 		s, err := NewServer(ec.server...)
 		require.NoError(t, err)
@@ -80,6 +84,7 @@ func newEnv(t *testing.T, svc *testpb.Service, ec envConfig) *env {
 		sopts = append(sopts, s.ServerOptions()...)
 	}
 	gs := grpc.NewServer(sopts...)
+	e.gs = gs
 	testpb.RegisterTestServiceServer(gs, svc)
 	if ec.register != nil {
 		ec.register(gs)
@@ -120,6 +125,12 @@ func newEnv(t *testing.T, svc *testpb.Service, ec envConfig) *env {
 	})
 	return e
 }
+
+// stop stops the server at once, cancelling every call.
+func (e *env) stop() { e.gs.Stop() }
+
+// gracefulStop stops the server once every call has finished.
+func (e *env) gracefulStop() { e.gs.GracefulStop() }
 
 func (e *env) coreOf(s *Server) *core {
 	if s == nil {

@@ -1,0 +1,165 @@
+package interceptor
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// The chaos tests end calls in the rude ways real traffic does and check
+// the one invariant users trust: once every call has ended, nothing is in
+// flight and nobody is queued (newEnv's cleanup asserts it on every
+// limiter, and goleak checks for stuck goroutines).
+
+// queuedServer is a server limited to 2 with a queue of 8 whose handlers
+// block until their context ends or b is released.
+func queuedServer(t *testing.T, b *block, ec envConfig) *env {
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return &testpb.UnaryResponse{}, b.wait(ctx)
+	}}
+	ec.server = append(ec.server, WithMethod(unaryMethod, Limit{Algorithm: Fixed(2), Queue: limiter.FixedQueue(8)}))
+	return newEnv(t, svc, ec)
+}
+
+// fill starts n calls and waits until 2 run and n-2 are queued.
+func fill(t *testing.T, e *env, b *block, n int, call func() error) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() { errs <- call() })
+	}
+	b.awaitEntered(t, 2)
+	g := gateOf(e.srv.core, unaryMethod)
+	giveUp := time.After(10 * time.Second)
+	for g.lim.QueueLen() < n-2 {
+		// The queue's growth is not observable otherwise: poll it.
+		select {
+		case err := <-errs:
+			require.FailNow(t, "a call ended before the queue filled", "%v", err)
+		case <-giveUp:
+			require.FailNow(t, "the queue never filled")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return &wg
+}
+
+func TestChaosServerStopWithQueue(t *testing.T) {
+	b := newBlock()
+	e := queuedServer(t, b, envConfig{noClient: true})
+	wg := fill(t, e, b, 6, func() error {
+		_, err := e.client.Unary(context.Background(), &testpb.UnaryRequest{})
+		if code := status.Code(err); code != codes.Unavailable && code != codes.Canceled {
+			t.Errorf("after Stop: %v, want UNAVAILABLE or CANCELED", err)
+		}
+		return err
+	})
+	e.stop() // Stop closes every connection: handlers and waiters see their contexts end
+	wg.Wait()
+	for range 6 {
+		select {
+		case <-e.releases:
+		case <-e.rejections:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "a call never ended after Stop")
+		}
+	}
+}
+
+func TestChaosGracefulStopWithQueue(t *testing.T) {
+	b := newBlock()
+	e := queuedServer(t, b, envConfig{noClient: true})
+	wg := fill(t, e, b, 6, func() error {
+		_, err := e.client.Unary(context.Background(), &testpb.UnaryRequest{})
+		assert.NoError(t, err, "GracefulStop lets admitted and queued calls finish")
+		return err
+	})
+	stopped := make(chan struct{})
+	go func() { e.gracefulStop(); close(stopped) }()
+	close(b.release) // the running calls finish; the queued ones run next
+	wg.Wait()
+	<-stopped
+	for range 6 {
+		e.awaitRelease(t, "server")
+	}
+}
+
+func TestChaosConnectionClosedAbruptly(t *testing.T) {
+	b := newBlock()
+	e := queuedServer(t, b, envConfig{noClient: true})
+	// A second client whose connection is cut with calls running and queued.
+	conn, err := grpc.NewClient(e.conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	client := testpb.NewTestServiceClient(conn)
+	wg := fill(t, e, b, 6, func() error {
+		_, err := client.Unary(context.Background(), &testpb.UnaryRequest{})
+		assert.Error(t, err)
+		return err
+	})
+	require.NoError(t, conn.Close())
+	wg.Wait()
+	for range 6 {
+		select {
+		case <-e.releases:
+		case <-e.rejections:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "a call never ended after its connection closed")
+		}
+	}
+}
+
+func TestChaosDeadlineStorm(t *testing.T) {
+	n := 2000
+	if raceEnabled {
+		n = 600
+	}
+	var served atomic.Int64
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		served.Add(1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	e := newEnv(t, svc, envConfig{
+		server: []Option{WithMethod(unaryMethod, Limit{Queue: limiter.FixedQueue(64)})},
+		client: []Option{WithDefault(Limit{Queue: limiter.FixedQueue(64)})},
+	})
+	// Thousands of events would overflow the harness's channels.
+	e.srv.released, e.srv.rejected, e.cli.released, e.cli.rejected = nil, nil, nil, nil
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 200) // bound the goroutines, not the calls
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+i%3)*time.Millisecond)
+			defer cancel()
+			_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+			switch status.Code(err) {
+			case codes.DeadlineExceeded, codes.ResourceExhausted, codes.Canceled:
+			default:
+				t.Errorf("call %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	e.stop()
+	assert.Positive(t, served.Load(), "the storm reached the server")
+	for _, c := range []*core{e.srv.core, e.cli.core} {
+		for _, g := range c.gates() {
+			assert.Zero(t, g.lim.Inflight(), "%s %s", c.side, g.name)
+			assert.GreaterOrEqual(t, g.lim.Limit(), 1)
+		}
+	}
+}
