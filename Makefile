@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload bench lint fmt check-tidy tidy generate check-generate fuzz ci
+.PHONY: all test overload bench lint fmt check-tidy tidy generate check-generate fuzz soak ci
 
 all: ci
 
@@ -37,6 +37,11 @@ fuzz:
 		echo "== fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
 	done
+
+## soak: ~60s of mixed traffic through both sides, checking permits,
+## heap and goroutines (not part of ci). SOAK_DURATION=10m for longer.
+soak:
+	$(GO) test -tags soak -run TestSoak -count=1 -timeout 30m -v ./interceptor
 
 ## lint: formatting, go vet and staticcheck over every module.
 lint:
