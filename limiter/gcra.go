@@ -1,0 +1,426 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// ErrEmptyKey is returned by KeyedGCRA.Allow for the empty key. An empty
+// key almost always means the caller's identity could not be found (no
+// peer address, a missing header), and lumping all such callers into one
+// shared budget would let one of them starve the others silently; the
+// caller decides instead, for example by rejecting or by using a fallback
+// key of its own.
+var ErrEmptyKey = errors.New("limiter: empty rate limit key")
+
+// Bounds of KeyedGCRA's configuration.
+const (
+	// MinGCRARate and MaxGCRARate bound the rate of a KeyedGCRA, in
+	// requests per second per key. The interval between requests, 1/rate,
+	// is kept in whole nanoseconds, between 1 ns and about 32 years.
+	MinGCRARate = 1e-9
+	MaxGCRARate = 1e9
+
+	// maxGCRAWindow bounds burst/rate, the time a key takes to earn its
+	// whole burst back, so that it always fits an int64 of nanoseconds
+	// next to a clock reading: 2^61 ns is about 73 years.
+	maxGCRAWindow = 1 << 61
+)
+
+// gcraShards is the number of independently locked parts of the key
+// table. The locks serialize only the insertion and removal of keys, so
+// that a flood of new keys holds up few of the others, and Cleanup or a
+// full shard's sweep stops only 1/64 of the table at a time; a power of
+// two picks the shard with a mask.
+const gcraShards = 64
+
+// A KeyedGCRA limits the rate of requests of each key (a client, a peer
+// address, a tenant) separately, with the generic cell rate algorithm:
+// every key may send a burst of up to burst requests at once, and rate
+// requests per second after that.
+//
+// Per key it keeps one number, the theoretical arrival time (TAT): when
+// the key's next request would be due if it had sent at exactly the rate.
+// A request is allowed if it comes no earlier than burst intervals before
+// its TAT, and then moves the TAT one interval later. A key whose TAT has
+// passed has its whole burst back, exactly like a key never seen, so
+// forgetting it loses nothing: that is what Cleanup does, and why memory
+// follows the number of recently active keys, not of all keys ever seen.
+//
+// Deciding for a key already tracked takes no lock and allocates nothing:
+// the key is found in a concurrent map and its TAT moved with a
+// compare-and-swap, so requests of different clients on different cores
+// share no memory they write. The table is split into shards whose locks
+// serialize only the insertion and removal of keys.
+//
+// Time comes from a Clock (WithGCRAClock). A clock error fails the call
+// with that error; the limiter is not changed. Time in a KeyedGCRA never
+// runs backwards: a reading earlier than one already used counts as that
+// later one. A clock stepped back thus grants no key its burst back early;
+// until it catches up, keys only spend what they had. The SystemClock is
+// monotonic and never steps back.
+//
+// All methods are safe for concurrent use.
+type KeyedGCRA struct {
+	// shards come first, so that their padding keeps the fields below,
+	// read on every call, off the cache lines of the locks.
+	shards [gcraShards]gcraShard
+
+	interval    int64 // 1/rate in ns, >= 1
+	window      int64 // burst*interval: a TAT at most this far ahead is allowed
+	rate        float64
+	burst       int
+	clock       Clock
+	system      bool      // clock is SystemClock: read the monotonic clock directly
+	epoch       time.Time // origin of readings, in nanoseconds
+	seed        maphash.Seed
+	maxPerShard int // 0: unbounded
+
+	// latest is the latest reading used, for clocks other than the
+	// SystemClock, which may step back. The SystemClock is monotonic and
+	// does without it: a shared word written on every call would tie all
+	// cores together.
+	latest atomic.Int64
+}
+
+// gcraShard is one lock's part of the key table, padded to whole cache
+// line pairs so that shards used on different cores share no line.
+type gcraShard struct {
+	gcraShardState
+	_ [128 - unsafe.Sizeof(gcraShardState{})%128]byte
+}
+
+type gcraShardState struct {
+	keys sync.Map // string -> *gcraEntry; loads take no lock
+
+	// mu serializes the insertion and the removal of keys, and guards the
+	// fields below. Deciding for a tracked key does not take it.
+	mu    sync.Mutex
+	count int // keys in the shard
+	// nextExpiry is at most the smallest TAT in the shard: before it, a
+	// sweep can free nothing, so a full shard refuses new keys in O(1).
+	nextExpiry int64
+}
+
+// gcraEntry is a key's state: its TAT in ns since the limiter's epoch, or
+// deadTAT once Cleanup has claimed it for removal.
+type gcraEntry struct {
+	tat atomic.Int64
+}
+
+// deadTAT marks an entry being removed. Setting it by compare-and-swap is
+// what makes removal exact: a request that read the TAT before cannot then
+// move it, so no admission is ever recorded in a forgotten entry.
+const deadTAT = math.MinInt64
+
+// A GCRAOption configures a KeyedGCRA built by NewKeyedGCRA.
+type GCRAOption func(*gcraConfig)
+
+type gcraConfig struct {
+	clock   Clock
+	maxKeys int
+}
+
+// WithGCRAClock sets the clock the limiter reads on every call. Tests pass
+// a clock they step by hand; the default, also selected by nil, is
+// SystemClock.
+func WithGCRAClock(c Clock) GCRAOption {
+	return func(g *gcraConfig) { g.clock = c }
+}
+
+// WithMaxKeys bounds the number of keys the limiter tracks, so that a
+// flood of distinct keys (spoofed client IDs, a scan of addresses) cannot
+// grow it without end. 0, the default, means no bound; memory then follows
+// the keys active within one burst window, provided Cleanup runs.
+//
+// The bound is kept per shard, as n/64 rounded up, so the limiter may hold
+// a few more than n keys, and a new key may be refused while other shards
+// have room. When a new key finds its shard full, the shard first drops
+// its idle keys; if none is idle, the new key is refused: Allow returns a
+// denial with Decision.TableFull set and RetryAfter the earliest time a
+// slot frees. Keys already tracked are never evicted to make room, because
+// an evicted key would get its burst back, which is what a flood of new
+// keys would then exploit.
+func WithMaxKeys(n int) GCRAOption {
+	return func(g *gcraConfig) { g.maxKeys = n }
+}
+
+// NewKeyedGCRA returns a limiter that allows each key a burst of burst
+// requests, then rate requests per second. rate must be in [MinGCRARate,
+// MaxGCRARate], burst at least 1, and burst/rate at most about 73 years;
+// otherwise a *ConfigError (several, joined) says which value is wrong.
+// The interval between requests, 1/rate, is rounded to the nanosecond: at
+// a rate of 3, one request every 333,333,333 ns.
+func NewKeyedGCRA(rate float64, burst int, opts ...GCRAOption) (*KeyedGCRA, error) {
+	var c gcraConfig
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c)
+		}
+	}
+	var errs []error
+	if !(rate >= MinGCRARate && rate <= MaxGCRARate) {
+		errs = append(errs, &ConfigError{"KeyedGCRA rate", rate, "a number in [1e-9, 1e9]"})
+	}
+	var interval int64
+	if len(errs) == 0 {
+		interval = int64(math.Round(1e9 / rate))
+	}
+	switch {
+	case burst < 1:
+		errs = append(errs, &ConfigError{"KeyedGCRA burst", burst, ">= 1"})
+	case len(errs) == 0 && float64(interval)*float64(burst) > maxGCRAWindow:
+		errs = append(errs, &ConfigError{"KeyedGCRA burst", burst,
+			fmt.Sprintf("in [1, %d] at rate %v, as a burst must refill within 73 years", maxGCRAWindow/interval, rate)})
+	}
+	if c.maxKeys < 0 {
+		errs = append(errs, &ConfigError{"KeyedGCRA max keys", c.maxKeys, ">= 0, 0 for no bound"})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	g := &KeyedGCRA{
+		interval:    interval,
+		window:      interval * int64(burst),
+		rate:        rate,
+		burst:       burst,
+		clock:       c.clock,
+		seed:        maphash.MakeSeed(),
+		maxPerShard: c.maxKeys / gcraShards,
+	}
+	if c.maxKeys%gcraShards != 0 {
+		g.maxPerShard++ // rounded up, without overflow
+	}
+	if _, ok := g.clock.(SystemClock); ok || g.clock == nil {
+		g.clock, g.system = SystemClock{}, true
+		g.epoch = time.Now()
+	} else if t, err := g.clock.Now(); err == nil {
+		g.epoch = t // keeps readings small whatever era the clock is in
+	} else {
+		g.epoch = time.Unix(0, 0)
+	}
+	g.latest.Store(math.MinInt64)
+	for i := range g.shards {
+		g.shards[i].nextExpiry = math.MaxInt64
+	}
+	return g, nil
+}
+
+// Rate returns the rate each key is allowed, in requests per second.
+func (g *KeyedGCRA) Rate() float64 { return g.rate }
+
+// Burst returns the number of requests a rested key may send at once.
+func (g *KeyedGCRA) Burst() int { return g.burst }
+
+// nanos reads the clock as nanoseconds since g.epoch. It returns the
+// reading, by which waits are measured, and the time the limiter moves by,
+// which is the reading unless the clock stepped back behind a reading
+// already used.
+func (g *KeyedGCRA) nanos() (read, now int64, err error) {
+	if g.system {
+		read = int64(time.Since(g.epoch))
+		return read, read, nil
+	}
+	t, err := g.clock.Now()
+	if err != nil {
+		return 0, 0, fmt.Errorf("limiter: KeyedGCRA clock: %w", err)
+	}
+	read = offset(t, g.epoch)
+	for {
+		latest := g.latest.Load()
+		if read <= latest {
+			return read, latest, nil
+		}
+		if g.latest.CompareAndSwap(latest, read) {
+			return read, read, nil
+		}
+	}
+}
+
+func (g *KeyedGCRA) shard(key string) *gcraShard {
+	return &g.shards[maphash.String(g.seed, key)&(gcraShards-1)]
+}
+
+// Allow decides whether key may send a request now and, if so, counts it.
+// A denied request is not counted: a client retrying too early does not
+// push its own next chance further away. Decision.RetryAfter is then the
+// exact time until the request would be allowed.
+//
+// The error is non-nil only when no decision could be made: ErrEmptyKey,
+// or the clock's error (wrapped). The caller chooses whether to fail open
+// or closed then. A full key table (WithMaxKeys) is a denial, not an
+// error.
+func (g *KeyedGCRA) Allow(key string) (Decision, error) {
+	if key == "" {
+		return Decision{}, ErrEmptyKey
+	}
+	read, now, err := g.nanos()
+	if err != nil {
+		return Decision{}, err
+	}
+	s := g.shard(key)
+	for {
+		v, ok := s.keys.Load(key)
+		if !ok {
+			if d, done := g.insert(s, key, read, now); done {
+				return d, nil
+			}
+			continue // the key was inserted meanwhile
+		}
+		e := v.(*gcraEntry)
+		tat := e.tat.Load()
+		if tat == deadTAT { // being removed: replace it once it is gone
+			if d, done := g.insert(s, key, read, now); done {
+				return d, nil
+			}
+			continue
+		}
+		next := max(tat, now) + g.interval
+		if next-now > g.window {
+			// The state moves by now, which never goes back; the wait is
+			// measured from read, the clock's own time, to be exact by it.
+			return Decision{RetryAfter: time.Duration(next - g.window - read)}, nil
+		}
+		if e.tat.CompareAndSwap(tat, next) {
+			return Decision{Allowed: true, Remaining: int((now + g.window - next) / g.interval)}, nil
+		}
+		// Another request of the key moved its TAT first: decide again.
+	}
+}
+
+// insert adds key to s with its first request counted, and returns the
+// decision and true; or false if the key turned out to be present, for
+// the caller to decide on it.
+func (g *KeyedGCRA) insert(s *gcraShard, key string, read, now int64) (Decision, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Removals happen whole under s.mu, so no dead entry is left here.
+	if _, ok := s.keys.Load(key); ok {
+		return Decision{}, false
+	}
+	if g.maxPerShard > 0 && s.count >= g.maxPerShard && !s.makeRoomLocked(now, g.maxPerShard) {
+		return Decision{RetryAfter: time.Duration(s.nextExpiry - read), TableFull: true}, true
+	}
+	e := new(gcraEntry)
+	tat := now + g.interval
+	e.tat.Store(tat)
+	// A copy, so that the table does not keep alive a larger buffer the
+	// caller's key may be a slice of.
+	s.keys.Store(strings.Clone(key), e)
+	s.count++
+	s.nextExpiry = min(s.nextExpiry, tat)
+	return Decision{Allowed: true, Remaining: g.burst - 1}, true
+}
+
+// makeRoomLocked drops the shard's idle keys if any can be idle by now,
+// and reports whether the shard then has room for one more key.
+func (s *gcraShard) makeRoomLocked(now int64, maxKeys int) bool {
+	if now < s.nextExpiry {
+		return false // no TAT has passed: a sweep would free nothing
+	}
+	s.sweepLocked(now)
+	return s.count < maxKeys
+}
+
+// sweepLocked removes the keys whose TAT is not after now, which have
+// their whole burst back and so behave exactly as absent keys, and
+// returns how many it removed.
+func (s *gcraShard) sweepLocked(now int64) int {
+	removed := 0
+	next := int64(math.MaxInt64)
+	s.keys.Range(func(k, v any) bool {
+		e := v.(*gcraEntry)
+		for {
+			tat := e.tat.Load()
+			if tat > now {
+				next = min(next, tat)
+				return true
+			}
+			if e.tat.CompareAndSwap(tat, deadTAT) {
+				s.keys.Delete(k)
+				removed++
+				return true
+			}
+			// A request moved the TAT meanwhile: look again.
+		}
+	})
+	s.count -= removed
+	// TATs only grow, and keys are added under s.mu, which lowers
+	// nextExpiry as needed: next stays a lower bound of the shard's TATs.
+	s.nextExpiry = next
+	return removed
+}
+
+// Cleanup forgets every key that has its whole burst back. Those keys
+// behave exactly like keys never seen, so Cleanup changes no decision; it
+// only frees their memory. It locks one shard at a time, briefly, and
+// returns the number of keys removed, or the clock's error.
+//
+// Call it periodically, with RunCleanup or from a loop of your own: once
+// per burst window (burst/rate) keeps the table at about the keys active
+// within the last window.
+func (g *KeyedGCRA) Cleanup() (int, error) {
+	_, now, err := g.nanos()
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for i := range g.shards {
+		s := &g.shards[i]
+		s.mu.Lock()
+		removed += s.sweepLocked(now)
+		s.mu.Unlock()
+	}
+	return removed, nil
+}
+
+// RunCleanup calls Cleanup on every tick until ctx is done or tick is
+// closed, and returns ctx's error or nil respectively. The caller owns the
+// goroutine and the ticker, so nothing runs that the caller cannot stop:
+//
+//	t := time.NewTicker(time.Minute)
+//	defer t.Stop()
+//	go g.RunCleanup(ctx, t.C)
+//
+// A tick on which the clock fails is skipped; the next one retries.
+func (g *KeyedGCRA) RunCleanup(ctx context.Context, tick <-chan time.Time) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case _, ok := <-tick:
+			if !ok {
+				return nil
+			}
+			_, _ = g.Cleanup()
+		}
+	}
+}
+
+// Len returns the number of keys the limiter tracks now, for metrics and
+// tests. It locks each shard in turn, so under concurrent use the count is
+// approximate.
+func (g *KeyedGCRA) Len() int {
+	n := 0
+	for i := range g.shards {
+		s := &g.shards[i]
+		s.mu.Lock()
+		n += s.count
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// String describes the limiter's configuration, for logs and errors.
+func (g *KeyedGCRA) String() string {
+	return fmt.Sprintf("KeyedGCRA(rate=%g/s, burst=%d)", g.rate, g.burst)
+}
