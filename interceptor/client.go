@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,9 @@ type Client struct {
 
 // NewClient returns a Client configured by opts.
 func NewClient(opts ...Option) (*Client, error) {
+	if cfg := newConfig(opts); cfg.callerKey != nil {
+		return nil, errors.New("interceptor: WithCallerRateLimit is a server option: a client has one caller")
+	}
 	c, cfg, err := newCore("client", opts)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ type core struct {
 	metrics    *metrics
 	classifier Classifier
 	pushback   PushbackFunc
+	callers    *callerLimit // nil without WithCallerRateLimit
 	// released and rejected, when set by a test, run after every permit
 	// is returned and every call is rejected.
 	released func()
@@ -32,13 +33,17 @@ func newCore(side string, opts []Option) (*core, config, error) {
 	if err != nil {
 		return nil, c, err
 	}
+	callers, err := newCallerLimit(&c)
+	if err != nil {
+		return nil, c, err
+	}
 	m, err := newMetrics(c.provider, side)
 	if err != nil {
 		return nil, c, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
 	t.newAttrs = m.newAttrs
 	t.onGate = m.addGate
-	return &core{side: side, table: t, metrics: m, classifier: c.classifier, pushback: c.pushback}, c, nil
+	return &core{side: side, table: t, metrics: m, classifier: c.classifier, pushback: c.pushback, callers: callers}, c, nil
 }
 
 // A rejection is a call the limiter turned away, with what the caller
@@ -53,6 +58,11 @@ type rejection struct {
 // status the caller gets.
 func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) {
 	g := r.gate
+	if g.bucket != nil || c.callers != nil {
+		if rej := c.checkRates(ctx, r); rej != nil {
+			return limiter.Token{}, rej
+		}
+	}
 	if tok, ok := g.lim.TryAcquire(); ok {
 		return tok, nil
 	}

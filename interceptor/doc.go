@@ -24,6 +24,15 @@
 // matched like gRPC's service config: "/pkg.Svc/Method" wins over
 // "/pkg.Svc/", which wins over WithDefault.
 //
+// # Rate limits
+//
+// A Limit may also carry a RateLimit, a fixed calls-per-second contract
+// checked before the adaptive concurrency limit, and WithCallerRateLimit
+// gives each caller (named by PeerIP, MetadataKey or a KeyFunc of your own)
+// a quota of its own. Calls over a rate get RESOURCE_EXHAUSTED with the
+// exact wait in the grpc-retry-pushback-ms trailer and in a
+// google.rpc.RetryInfo detail.
+//
 // # Streams
 //
 // A stream holds one permit for its whole life: on the server until the

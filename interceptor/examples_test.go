@@ -85,3 +85,20 @@ func ExampleWithPushback() {
 	fmt.Println(err)
 	// Output: <nil>
 }
+
+// Rate limits beside the adaptive concurrency limit: a fixed rate for an
+// expensive method, and a quota per API key for everything.
+func ExampleWithCallerRateLimit() {
+	opts, err := interceptor.ServerOptions(
+		interceptor.WithMethod("/shop.v1.Search/Query", interceptor.Limit{
+			Rate: interceptor.RateLimit{PerSecond: 200, Burst: 50},
+		}),
+		interceptor.WithCallerRateLimit(interceptor.MetadataKey("x-api-key"),
+			interceptor.RateLimit{PerSecond: 20, Burst: 40}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = grpc.NewServer(opts...)
+	// Output:
+}

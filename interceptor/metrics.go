@@ -31,18 +31,21 @@ const (
 	AttrOutcome = attribute.Key("sluice.outcome")
 	// AttrReason says why a call was rejected: "limit" (no permit, queue
 	// full), "deadline" or "canceled" (the call's context ended while it
-	// waited in the queue).
+	// waited in the queue), "rate" (over the Limit's RateLimit) or
+	// "caller_rate" (over WithCallerRateLimit).
 	AttrReason = attribute.Key("sluice.reason")
 )
 
 // Rejection reasons, the values of AttrReason.
 const (
-	reasonLimit    = "limit"
-	reasonDeadline = "deadline"
-	reasonCanceled = "canceled"
+	reasonLimit      = "limit"
+	reasonDeadline   = "deadline"
+	reasonCanceled   = "canceled"
+	reasonRate       = "rate"
+	reasonCallerRate = "caller_rate"
 )
 
-var reasons = []string{reasonLimit, reasonDeadline, reasonCanceled}
+var reasons = []string{reasonLimit, reasonDeadline, reasonCanceled, reasonRate, reasonCallerRate}
 
 // rpcBuckets are histogram boundaries in seconds from 100µs to 30s,
 // roughly ×2.5 apart: RPCs span that range and the defaults of the SDK

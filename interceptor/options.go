@@ -27,6 +27,11 @@ type Limit struct {
 	Queue limiter.Queue
 	// LIFO serves queued calls newest-first (see limiter.WithLIFO).
 	LIFO bool
+	// Rate adds a rate limit (see RateLimit), checked before the
+	// concurrency limit. Each limiter built from this Limit has its own
+	// bucket: per method for WithDefault, shared by a service's methods for
+	// a service entry. The zero value adds none.
+	Rate RateLimit
 	// Exempt lets calls through without a permit and without metrics.
 	Exempt bool
 }
@@ -71,6 +76,8 @@ type config struct {
 	pushback   PushbackFunc
 	maxHold    time.Duration
 	provider   metric.MeterProvider
+	callerKey  KeyFunc
+	callerRate RateLimit
 	errs       []error
 }
 

@@ -25,6 +25,9 @@ type gate struct {
 	name  string // sluice.limiter attribute: "pkg.Svc/Method", "pkg.Svc/" or "_OTHER"
 	lim   *limiter.Limiter
 	queue bool // Acquire may wait
+	// bucket enforces rate, if the Limit has one.
+	bucket *limiter.TokenBucket
+	rate   RateLimit
 	// rtt is a moving average of admitted calls' RTT in nanoseconds, the
 	// basis of the default pushback. Concurrent updates may overwrite each
 	// other; an average that skips a sample is still an average.
@@ -53,6 +56,7 @@ func (g *gate) state() LimiterState {
 
 // A route is what one method name resolves to.
 type route struct {
+	full   string // as gRPC names it, "/pkg.Svc/Method"
 	method string // without the leading slash, for metrics
 	gate   *gate  // nil when exempt
 	attrs  *attrs // metric attributes; nil when exempt
@@ -165,6 +169,9 @@ func checkLimit(where string, l Limit) error {
 	if _, err := newLimiter(l); err != nil {
 		return fmt.Errorf("interceptor: %s: %w", where, err)
 	}
+	if _, err := newBucket(l.Rate); err != nil {
+		return fmt.Errorf("interceptor: %s: Limit.Rate: %w", where, err)
+	}
 	return nil
 }
 
@@ -225,18 +232,18 @@ func (t *table) resolveLocked(fullMethod string) *route {
 	var g *gate
 	switch {
 	case e != nil && e.limit.Exempt:
-		return &route{method: method}
+		return &route{full: fullMethod, method: method}
 	case e != nil:
 		if e.gate == nil {
 			e.gate = t.newGate(strings.TrimPrefix(e.name, "/"), e.limit)
 		}
 		g = e.gate
 	case t.def.Exempt:
-		return &route{method: method}
+		return &route{full: fullMethod, method: method}
 	default:
 		g = t.newGate(method, t.def)
 	}
-	return &route{method: method, gate: g, attrs: t.newAttrs(method, g)}
+	return &route{full: fullMethod, method: method, gate: g, attrs: t.newAttrs(method, g)}
 }
 
 // overflowLocked routes a method past maxRoutes: configured entries still
@@ -250,10 +257,10 @@ func (t *table) overflowLocked(fullMethod string) *route {
 	}
 	if t.other == nil {
 		if t.def.Exempt {
-			t.other = &route{method: otherMethod}
+			t.other = &route{full: "/" + otherMethod, method: otherMethod}
 		} else {
 			g := t.newGate(otherMethod, t.def)
-			t.other = &route{method: otherMethod, gate: g, attrs: t.newAttrs(otherMethod, g)}
+			t.other = &route{full: "/" + otherMethod, method: otherMethod, gate: g, attrs: t.newAttrs(otherMethod, g)}
 		}
 	}
 	return t.other
@@ -267,7 +274,9 @@ func (t *table) newGate(name string, l Limit) *gate {
 		// than leaving the method unprotected.
 		lim, _ = limiter.New(limiter.WithQueue(l.Queue))
 	}
-	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.NoQueue}
+	// The bucket was validated with the Limit; it cannot fail here.
+	bucket, _ := newBucket(l.Rate)
+	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.NoQueue, bucket: bucket, rate: l.Rate}
 	if t.onGate != nil {
 		t.onGate(g)
 	}

@@ -1,0 +1,182 @@
+package interceptor
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// A RateLimit caps how many calls per second are admitted, beside the
+// concurrency limit. A full bucket admits Burst calls at once, then calls
+// are admitted at PerSecond (limiter.TokenBucket). The zero RateLimit
+// imposes none.
+//
+// A concurrency limit adapts to what the service can do now; a rate limit
+// is a fixed contract (a quota, a fair share, a downstream's published
+// rate). Use both when both apply: the rate limit is checked first, so a
+// call over its rate costs no permit.
+type RateLimit struct {
+	// PerSecond is the sustained rate in calls per second; 0 turns the
+	// rate limit off.
+	PerSecond float64
+	// Burst is how many calls a full bucket admits at once; 0 means one
+	// second's worth, max(1, PerSecond).
+	Burst int
+}
+
+func (r RateLimit) enabled() bool { return r != RateLimit{} }
+
+func (r RateLimit) burst() int {
+	if r.Burst != 0 {
+		return r.Burst
+	}
+	return max(1, int(math.Min(r.PerSecond, limiter.MaxLimit)))
+}
+
+func (r RateLimit) String() string {
+	return fmt.Sprintf("%g/s (burst %d)", r.PerSecond, r.burst())
+}
+
+// A KeyFunc names the caller of a call for WithCallerRateLimit. Calls for
+// which it returns "" share one bucket: callers that cannot be told apart
+// are limited together rather than not at all.
+type KeyFunc func(ctx context.Context, fullMethod string) string
+
+// PeerIP is a KeyFunc naming callers by the IP address of the connection
+// (without the port). Behind a proxy every call has the proxy's address:
+// use MetadataKey with the header the proxy sets instead.
+func PeerIP(ctx context.Context, _ string) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	a := p.Addr.String()
+	if host, _, err := net.SplitHostPort(a); err == nil {
+		return host
+	}
+	return a
+}
+
+// MetadataKey returns a KeyFunc naming callers by the first value of the
+// request metadata header key (for example "x-api-key" or
+// "x-forwarded-for"). A header name is case-insensitive, like all gRPC
+// metadata keys. Calls without the header share one bucket.
+func MetadataKey(key string) KeyFunc {
+	return func(ctx context.Context, _ string) string {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get(key); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+}
+
+// anonymous is the GCRA key of calls whose KeyFunc returned "". Real keys
+// come from metadata or addresses, which never contain a NUL byte.
+const anonymous = "\x00anonymous"
+
+// DefaultMaxCallers bounds the callers WithCallerRateLimit tracks at once.
+// Callers idle long enough to be back to a full burst are forgotten first;
+// beyond the bound a new caller is rejected until a slot frees up, so a
+// flood of distinct keys cannot exhaust memory.
+const DefaultMaxCallers = 100_000
+
+// WithCallerRateLimit limits each caller, as named by key, to r: a
+// per-caller quota on top of the method limits (limiter.KeyedGCRA). It is
+// a server option. Rejected calls get RESOURCE_EXHAUSTED with the exact
+// retry-after, in the grpc-retry-pushback-ms trailer and as a
+// google.rpc.RetryInfo detail.
+func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
+	return func(c *config) {
+		if key == nil {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, MetadataKey or a func of your own"))
+			return
+		}
+		c.callerKey, c.callerRate = key, r
+	}
+}
+
+// callerLimit is a Server's per-caller rate limit.
+type callerLimit struct {
+	key  KeyFunc
+	rate RateLimit
+	gcra *limiter.KeyedGCRA
+}
+
+func newCallerLimit(c *config) (*callerLimit, error) {
+	if c.callerKey == nil {
+		return nil, nil
+	}
+	if !c.callerRate.enabled() {
+		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: RateLimit.PerSecond is 0, must be > 0")
+	}
+	g, err := limiter.NewKeyedGCRA(c.callerRate.PerSecond, c.callerRate.burst(), limiter.WithMaxKeys(DefaultMaxCallers))
+	if err != nil {
+		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: %w", err)
+	}
+	return &callerLimit{key: c.callerKey, rate: c.callerRate, gcra: g}, nil
+}
+
+// newBucket returns the token bucket of a Limit, nil if it has no rate.
+func newBucket(r RateLimit) (*limiter.TokenBucket, error) {
+	if !r.enabled() {
+		return nil, nil
+	}
+	return limiter.NewTokenBucket(r.PerSecond, r.burst())
+}
+
+// checkRates applies r's rate limit and the caller limit before a call
+// takes a permit. It returns nil when the call may go on.
+func (c *core) checkRates(ctx context.Context, r *route) *rejection {
+	if b := r.gate.bucket; b != nil {
+		if d := b.Decide(); !d.Allowed {
+			return c.rateReject(ctx, r, reasonRate, d.RetryAfter,
+				fmt.Sprintf("rate limit %s exceeded", r.gate.rate))
+		}
+	}
+	if cl := c.callers; cl != nil {
+		key := cl.key(ctx, r.full)
+		if key == "" {
+			key = anonymous
+		}
+		d, err := cl.gcra.Allow(key)
+		// An error means no decision (the clock failed): let the call
+		// through rather than fail every call, the concurrency limit still
+		// protects.
+		if err == nil && !d.Allowed {
+			what := fmt.Sprintf("caller rate limit %s exceeded", cl.rate)
+			if d.TableFull {
+				what = "too many distinct callers"
+			}
+			return c.rateReject(ctx, r, reasonCallerRate, d.RetryAfter, what)
+		}
+	}
+	return nil
+}
+
+// rateReject builds the rejection of a call over a rate: the pushback is
+// the exact wait, rounded up to whole milliseconds so that a client that
+// honours it is not early, and a RetryInfo detail says the same.
+func (c *core) rateReject(ctx context.Context, r *route, reason string, after time.Duration, what string) *rejection {
+	c.rejectedFor(ctx, r, reason)
+	after = after.Round(0)
+	if rem := after % time.Millisecond; rem != 0 {
+		after += time.Millisecond - rem
+	}
+	st := status.Newf(codes.ResourceExhausted, "sluice: %s rejected /%s: %s, retry after %v", c.side, r.method, what, after)
+	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(after)}); err == nil {
+		st = withInfo
+	}
+	return &rejection{err: st.Err(), pushback: after}
+}
