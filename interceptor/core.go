@@ -15,12 +15,14 @@ import (
 // core is what a Server and a Client share: the method table, the
 // classification, the metrics.
 type core struct {
-	side       string
-	table      *table
-	metrics    *metrics
-	classifier Classifier
-	pushback   PushbackFunc
-	callers    *callerLimit // nil without WithCallerRateLimit
+	side           string
+	table          *table
+	metrics        *metrics
+	classifier     Classifier
+	pushback       PushbackFunc
+	callers        *callerLimit // nil without WithCallerRateLimit
+	shares         PriorityShares
+	priorityHeader string
 	// released and rejected, when set by a test, run after every permit
 	// is returned and every call is rejected.
 	released func()
@@ -43,7 +45,8 @@ func newCore(side string, opts []Option) (*core, config, error) {
 	}
 	t.newAttrs = m.newAttrs
 	t.onGate = m.addGate
-	return &core{side: side, table: t, metrics: m, classifier: c.classifier, pushback: c.pushback, callers: callers}, c, nil
+	return &core{side: side, table: t, metrics: m, classifier: c.classifier, pushback: c.pushback, callers: callers,
+		shares: c.shares, priorityHeader: c.priorityHeader}, c, nil
 }
 
 // A rejection is a call the limiter turned away, with what the caller
@@ -63,10 +66,13 @@ func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) 
 			return limiter.Token{}, rej
 		}
 	}
-	if tok, ok := g.lim.TryAcquire(); ok {
+	tok, ok, shed := c.tryAcquire(ctx, r)
+	switch {
+	case ok:
 		return tok, nil
-	}
-	if !g.queue {
+	case shed:
+		return limiter.Token{}, c.reject(ctx, r, reasonPriority)
+	case !g.queue:
 		return limiter.Token{}, c.reject(ctx, r, reasonLimit)
 	}
 	start := time.Now()
@@ -90,10 +96,14 @@ func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) 
 func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 	s := r.gate.state()
 	c.rejectedFor(ctx, r, reason)
+	whose := ""
+	if reason == reasonPriority {
+		whose = " for its priority"
+	}
 	return &rejection{
 		err: status.Errorf(codes.ResourceExhausted,
-			"sluice: %s rejected /%s: concurrency limit %d reached (%d in flight, %d queued)",
-			c.side, r.method, s.Limit, s.Inflight, s.Queued),
+			"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",
+			c.side, r.method, s.Limit, whose, s.Inflight, s.Queued),
 		pushback: c.pushback(s),
 	}
 }

@@ -33,6 +33,15 @@
 // exact wait in the grpc-retry-pushback-ms trailer and in a
 // google.rpc.RetryInfo detail.
 //
+// # Priorities
+//
+// Each call has a Priority: its Limit's, or the one it names in the header
+// set with WithPriorityHeader. As calls in flight near the limit, lower
+// priorities are rejected first (PriorityShares): by default sheddable
+// calls may use half of the limit, default and critical calls all of it.
+// Admission of every priority is one atomic step on the same counter, so
+// together they never exceed the limit.
+//
 // # Streams
 //
 // A stream holds one permit for its whole life: on the server until the

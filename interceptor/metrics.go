@@ -32,7 +32,8 @@ const (
 	// AttrReason says why a call was rejected: "limit" (no permit, queue
 	// full), "deadline" or "canceled" (the call's context ended while it
 	// waited in the queue), "rate" (over the Limit's RateLimit) or
-	// "caller_rate" (over WithCallerRateLimit).
+	// "caller_rate" (over WithCallerRateLimit), "priority" (over the
+	// share of the limit the call's priority may use).
 	AttrReason = attribute.Key("sluice.reason")
 )
 
@@ -41,11 +42,12 @@ const (
 	reasonLimit      = "limit"
 	reasonDeadline   = "deadline"
 	reasonCanceled   = "canceled"
+	reasonPriority   = "priority"
 	reasonRate       = "rate"
 	reasonCallerRate = "caller_rate"
 )
 
-var reasons = []string{reasonLimit, reasonDeadline, reasonCanceled, reasonRate, reasonCallerRate}
+var reasons = []string{reasonLimit, reasonDeadline, reasonCanceled, reasonPriority, reasonRate, reasonCallerRate}
 
 // rpcBuckets are histogram boundaries in seconds from 100µs to 30s,
 // roughly ×2.5 apart: RPCs span that range and the defaults of the SDK

@@ -32,6 +32,9 @@ type Limit struct {
 	// bucket: per method for WithDefault, shared by a service's methods for
 	// a service entry. The zero value adds none.
 	Rate RateLimit
+	// Priority ranks this Limit's calls for shedding (see PriorityShares);
+	// WithPriorityHeader lets a call override it.
+	Priority Priority
 	// Exempt lets calls through without a permit and without metrics.
 	Exempt bool
 }
@@ -70,15 +73,17 @@ var DefaultExempt = []string{
 }
 
 type config struct {
-	def        Limit
-	methods    []namedLimit
-	classifier Classifier
-	pushback   PushbackFunc
-	maxHold    time.Duration
-	provider   metric.MeterProvider
-	callerKey  KeyFunc
-	callerRate RateLimit
-	errs       []error
+	def            Limit
+	methods        []namedLimit
+	classifier     Classifier
+	pushback       PushbackFunc
+	maxHold        time.Duration
+	provider       metric.MeterProvider
+	callerKey      KeyFunc
+	callerRate     RateLimit
+	shares         PriorityShares
+	priorityHeader string
+	errs           []error
 }
 
 type namedLimit struct {
@@ -91,6 +96,7 @@ func newConfig(opts []Option) config {
 		classifier: DefaultClassifier,
 		pushback:   DefaultPushback,
 		maxHold:    DefaultMaxPushback,
+		shares:     DefaultPriorityShares,
 	}
 	for _, opt := range opts {
 		if opt != nil {

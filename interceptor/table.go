@@ -26,8 +26,9 @@ type gate struct {
 	lim   *limiter.Limiter
 	queue bool // Acquire may wait
 	// bucket enforces rate, if the Limit has one.
-	bucket *limiter.TokenBucket
-	rate   RateLimit
+	bucket   *limiter.TokenBucket
+	rate     RateLimit
+	priority Priority
 	// rtt is a moving average of admitted calls' RTT in nanoseconds, the
 	// basis of the default pushback. Concurrent updates may overwrite each
 	// other; an average that skips a sample is still an average.
@@ -169,6 +170,9 @@ func checkLimit(where string, l Limit) error {
 	if _, err := newLimiter(l); err != nil {
 		return fmt.Errorf("interceptor: %s: %w", where, err)
 	}
+	if l.Priority < PrioritySheddable || l.Priority > PriorityCritical {
+		return fmt.Errorf("interceptor: %s: Limit.Priority is %d, must be PriorityCritical, PriorityDefault or PrioritySheddable", where, l.Priority)
+	}
 	if _, err := newBucket(l.Rate); err != nil {
 		return fmt.Errorf("interceptor: %s: Limit.Rate: %w", where, err)
 	}
@@ -276,7 +280,7 @@ func (t *table) newGate(name string, l Limit) *gate {
 	}
 	// The bucket was validated with the Limit; it cannot fail here.
 	bucket, _ := newBucket(l.Rate)
-	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.NoQueue, bucket: bucket, rate: l.Rate}
+	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.NoQueue, bucket: bucket, rate: l.Rate, priority: l.Priority}
 	if t.onGate != nil {
 		t.onGate(g)
 	}

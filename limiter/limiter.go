@@ -88,8 +88,15 @@ func (l *Limiter) QueueLen() int { return state(l.state.Load()).waiters() }
 // overtakes them.
 func (l *Limiter) TryAcquire() (Token, bool) { return l.tryAcquire(0) }
 
-// tryAcquire takes a permit only if more than reserve permits are free,
-// which lets callers of lower priority leave headroom for others.
+// TryAcquireLeaving is TryAcquire for callers of lower priority: it takes
+// a permit only if more than reserve permits are free, leaving reserve for
+// callers that use TryAcquire. Check and take are one atomic step, so
+// callers of every priority together never exceed the limit. A reserve
+// below 0 counts as 0.
+func (l *Limiter) TryAcquireLeaving(reserve int) (Token, bool) {
+	return l.tryAcquire(max(reserve, 0))
+}
+
 func (l *Limiter) tryAcquire(reserve int) (Token, bool) {
 	for {
 		s := state(l.state.Load())
