@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload bench lint fmt check-tidy tidy generate check-generate fuzz soak ci
+.PHONY: all test overload bench lint fmt check-tidy tidy generate check-generate fuzz soak ci demo
 
 all: ci
 
@@ -78,3 +78,8 @@ check-tidy:
 	done
 
 ci: lint check-tidy check-generate test fuzz
+
+## demo: the same overload profile against an unprotected server and one
+## with sluice's defaults (~1 min); writes demo-out/report.md and chart.png.
+demo:
+	cd examples && $(GO) run ./demo -out ../demo-out
