@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -34,21 +33,17 @@ import (
 // grpc.ClientConn with DialOptions.
 type Client struct {
 	*core
-	maxHold time.Duration
 	// afterFunc runs f after d; tests replace it to control time.
 	afterFunc func(d time.Duration, f func())
 }
 
 // NewClient returns a Client configured by opts.
 func NewClient(opts ...Option) (*Client, error) {
-	if cfg := newConfig(opts); cfg.callerKey != nil {
-		return nil, errors.New("interceptor: WithCallerRateLimit is a server option: a client has one caller")
-	}
-	c, cfg, err := newCore("client", opts)
+	c, err := newCore("client", opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{core: c, maxHold: cfg.maxHold, afterFunc: afterFunc}, nil
+	return &Client{core: c, afterFunc: afterFunc}, nil
 }
 
 func afterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
@@ -94,7 +89,7 @@ type unaryCall struct {
 }
 
 func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	r := c.table.lookup(method)
+	r := c.tab.Load().lookup(method)
 	if r.gate == nil {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -109,7 +104,7 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 		}
 	}()
 	var trailer *metadata.MD
-	if c.maxHold > 0 {
+	if r.t.maxHold > 0 {
 		call := &unaryCall{}
 		opts = append(append(call.opts[:0], opts...), grpc.Trailer(&call.trailer))
 		trailer = &call.trailer
@@ -123,13 +118,13 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 // end releases a finished call's permit, unless the server pushed back:
 // then the permit is kept for the pushback.
 func (c *Client) end(ctx context.Context, r *route, tok *limiter.Token, res Result, trailer *metadata.MD) {
-	o := c.classifier(res)
-	if o == limiter.Dropped && c.maxHold > 0 && trailer != nil && code(res.Err) == codes.ResourceExhausted {
+	o := r.t.classifier(res)
+	if o == limiter.Dropped && r.t.maxHold > 0 && trailer != nil && code(res.Err) == codes.ResourceExhausted {
 		if d, ok := pushbackOf(*trailer); ok && d > 0 {
 			c.metrics.admitted(ctx, r.attrs, o)
 			held := *tok
 			*tok = limiter.Token{}
-			c.afterFunc(min(d, c.maxHold), func() {
+			c.afterFunc(min(d, r.t.maxHold), func() {
 				held.ReleaseUntimed(limiter.Dropped)
 				if c.released != nil {
 					c.released()
@@ -163,7 +158,7 @@ type streamCall struct {
 }
 
 func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	r := c.table.lookup(method)
+	r := c.tab.Load().lookup(method)
 	if r.gate == nil {
 		return streamer(ctx, desc, cc, method, opts...)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -15,38 +17,95 @@ import (
 // core is what a Server and a Client share: the method table, the
 // classification, the metrics.
 type core struct {
-	side           string
-	table          *table
-	metrics        *metrics
-	classifier     Classifier
-	pushback       PushbackFunc
-	callers        *callerLimit // nil without WithCallerRateLimit
-	shares         PriorityShares
-	priorityHeader string
+	side     string
+	tab      atomic.Pointer[table] // replaced whole by Reload
+	metrics  *metrics
+	reloadMu sync.Mutex
 	// released and rejected, when set by a test, run after every permit
 	// is returned and every call is rejected.
 	released func()
 	rejected func(reason string)
 }
 
-func newCore(side string, opts []Option) (*core, config, error) {
-	c := newConfig(opts)
-	t, err := newTable(&c)
+func newCore(side string, opts []Option) (*core, error) {
+	cfg := newConfig(opts)
+	t, err := buildTable(side, &cfg)
 	if err != nil {
-		return nil, c, err
+		return nil, err
 	}
-	callers, err := newCallerLimit(&c)
+	m, err := newMetrics(cfg.provider, side)
 	if err != nil {
-		return nil, c, err
+		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
-	m, err := newMetrics(c.provider, side)
+	c := &core{side: side, metrics: m}
+	t.newAttrs, t.onGate = m.newAttrs, m.addGate
+	c.tab.Store(t)
+	return c, nil
+}
+
+// buildTable validates cfg and builds the table of a side.
+func buildTable(side string, cfg *config) (*table, error) {
+	if side == "client" && cfg.callerKey != nil {
+		return nil, errors.New("interceptor: WithCallerRateLimit is a server option: a client has one caller")
+	}
+	t, err := newTable(cfg)
 	if err != nil {
-		return nil, c, fmt.Errorf("interceptor: creating metrics: %w", err)
+		return nil, err
 	}
-	t.newAttrs = m.newAttrs
-	t.onGate = m.addGate
-	return &core{side: side, table: t, metrics: m, classifier: c.classifier, pushback: c.pushback, callers: callers,
-		shares: c.shares, priorityHeader: c.priorityHeader}, c, nil
+	if t.callers, err = newCallerLimit(cfg); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Reload replaces the options the Server or Client was built with, without
+// a restart and without dropping a call. Everything is validated first: on
+// an error nothing changes. Limiters whose Limit is unchanged (same method
+// or service name, equal Limit; see AlgorithmFactory) keep their live limit
+// and state; the others are rebuilt, and calls admitted before the reload
+// return their permits to the limiter that gave them. A caller rate limit
+// with the same RateLimit keeps its callers' state. WithMeterProvider
+// cannot change: it is ignored here.
+func (c *core) Reload(opts ...Option) error {
+	cfg := newConfig(opts)
+	nt, err := buildTable(c.side, &cfg)
+	if err != nil {
+		return err
+	}
+	nt.newAttrs, nt.onGate = c.metrics.newAttrs, c.metrics.addGate
+	c.reloadMu.Lock()
+	defer c.reloadMu.Unlock()
+	old := c.tab.Load()
+	old.mu.Lock() // no limiter is created in old while its state moves
+	defer old.mu.Unlock()
+	var kept []*gate
+	keep := func(oe, ne *entry) {
+		if oe != nil && oe.gate != nil && !oe.limit.Exempt && sameLimit(oe.limit, ne.limit) {
+			ne.gate = oe.gate
+			kept = append(kept, oe.gate)
+		}
+	}
+	for name, ne := range nt.methods {
+		keep(old.methods[name], ne)
+	}
+	for service, ne := range nt.services {
+		keep(old.services[service], ne)
+	}
+	if sameLimit(old.def, nt.def) && !nt.def.Exempt {
+		for m, g := range old.defGates {
+			nt.defGates[m] = g
+			kept = append(kept, g)
+		}
+		if nt.otherGate = old.otherGate; nt.otherGate != nil {
+			kept = append(kept, nt.otherGate)
+		}
+	}
+	if old.callers != nil && nt.callers != nil && old.callers.rate == nt.callers.rate {
+		nt.callers.gcra = old.callers.gcra
+	}
+	c.metrics.setGates(kept)
+	c.tab.Store(nt)
+	return nil
 }
 
 // A rejection is a call the limiter turned away, with what the caller
@@ -61,7 +120,7 @@ type rejection struct {
 // status the caller gets.
 func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) {
 	g := r.gate
-	if g.bucket != nil || c.callers != nil {
+	if g.bucket != nil || r.t.callers != nil {
 		if rej := c.checkRates(ctx, r); rej != nil {
 			return limiter.Token{}, rej
 		}
@@ -104,7 +163,7 @@ func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 		err: status.Errorf(codes.ResourceExhausted,
 			"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",
 			c.side, r.method, s.Limit, whose, s.Inflight, s.Queued),
-		pushback: c.pushback(s),
+		pushback: r.t.pushback(s),
 	}
 }
 
@@ -118,7 +177,7 @@ func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 // finish releases an admitted call's permit with its outcome and records
 // it. Unary calls feed their RTT to the algorithm; streams are untimed.
 func (c *core) finish(ctx context.Context, r *route, tok *limiter.Token, res Result) limiter.Outcome {
-	o := c.classifier(res)
+	o := r.t.classifier(res)
 	c.release(ctx, r, tok, o, !res.Stream)
 	return o
 }

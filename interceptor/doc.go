@@ -42,6 +42,13 @@
 // Admission of every priority is one atomic step on the same counter, so
 // together they never exceed the limit.
 //
+// # Reloading
+//
+// Server.Reload and Client.Reload apply new options to running
+// interceptors: everything is validated first (a bad configuration changes
+// nothing), unchanged limiters keep their learned limits, and calls admitted
+// before the reload return their permits to the limiter that gave them.
+//
 // # Streams
 //
 // A stream holds one permit for its whole life: on the server until the

@@ -37,12 +37,12 @@ func FuzzMethodName(f *testing.F) {
 		if method == "" {
 			full += "M"
 		}
-		r := s.table.lookup(full)
+		r := s.tab.Load().lookup(full)
 		if r.gate == nil || r.gate.lim.Limit() != 3 {
 			t.Fatalf("%q does not match its own entry %q", full, name)
 		}
 		// Whatever a peer sends as a method resolves to some route.
-		if s.table.lookup(strings.ToUpper(name)+"x") == nil {
+		if s.tab.Load().lookup(strings.ToUpper(name)+"x") == nil {
 			t.Fatal("nil route")
 		}
 	})

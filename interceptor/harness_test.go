@@ -170,7 +170,7 @@ func (e *env) awaitRejection(t *testing.T, want string) {
 }
 
 // gate returns the limiter method uses on c's side.
-func gateOf(c *core, method string) *gate { return c.table.lookup(method).gate }
+func gateOf(c *core, method string) *gate { return c.tab.Load().lookup(method).gate }
 
 // gates lists every limiter of c.
 func (c *core) gates() []*gate {

@@ -133,6 +133,24 @@ func (m *metrics) addGate(g *gate) {
 	m.mu.Unlock()
 }
 
+// setGates replaces the observed limiters by gs (after a Reload, the
+// limiters that were kept; new ones are added as they are made).
+func (m *metrics) setGates(gs []*gate) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	kept := map[*gate]bool{}
+	for _, g := range gs {
+		kept[g] = true
+	}
+	var next []gateAttrs
+	for _, ga := range m.gates {
+		if kept[ga.g] {
+			next = append(next, ga)
+		}
+	}
+	m.gates = next
+}
+
 // newAttrs precomputes every attribute set a route records with.
 func (m *metrics) newAttrs(method string, g *gate) *attrs {
 	base := []attribute.KeyValue{semconv.RPCSystemNameGRPC, semconv.RPCMethod(method), m.side, AttrLimiter.String(g.name)}

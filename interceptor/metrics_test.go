@@ -104,7 +104,7 @@ func TestMetricsQueueWait(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 
-	r := s.table.lookup(unaryMethod)
+	r := s.tab.Load().lookup(unaryMethod)
 	tok, rej := s.admit(t.Context(), r)
 	require.Nil(t, rej)
 	ctx, cancel := context.WithCancel(t.Context())

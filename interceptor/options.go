@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"fmt"
+	"reflect"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -18,9 +19,9 @@ type Option func(*config)
 type Limit struct {
 	// Algorithm makes the algorithm of each limiter built from this Limit.
 	// Nil means AIMD with the defaults of limiter.AIMDConfig. Use AIMD,
-	// Vegas, Gradient2 or Fixed, or any func returning a fresh Algorithm:
-	// algorithms keep state, so each limiter needs its own.
-	Algorithm AlgorithmFunc
+	// Vegas, Gradient2 or Fixed, or an AlgorithmFunc returning a fresh
+	// Algorithm: algorithms keep state, so each limiter needs its own.
+	Algorithm AlgorithmFactory
 	// Queue lets calls that find every permit taken wait for one, within
 	// their deadline and the queue's bound. The zero value is
 	// limiter.NoQueue: such calls are rejected at once.
@@ -39,28 +40,67 @@ type Limit struct {
 	Exempt bool
 }
 
-// An AlgorithmFunc returns a new Algorithm for one limiter.
+// An AlgorithmFactory makes a fresh Algorithm for each limiter built from
+// a Limit. The factories of AIMD, Vegas, Gradient2 and Fixed compare equal
+// when their configurations do, which lets Reload keep the state of a
+// limiter whose Limit did not change; an AlgorithmFunc never compares
+// equal, so its limiters are rebuilt on every Reload.
+type AlgorithmFactory interface {
+	NewAlgorithm() (limiter.Algorithm, error)
+}
+
+// An AlgorithmFunc is an AlgorithmFactory made of a func.
 type AlgorithmFunc func() (limiter.Algorithm, error)
 
-// AIMD returns an AlgorithmFunc making limiter.AIMD algorithms with c.
-func AIMD(c limiter.AIMDConfig) AlgorithmFunc {
-	return func() (limiter.Algorithm, error) { return limiter.NewAIMD(c) }
+// NewAlgorithm implements AlgorithmFactory.
+func (f AlgorithmFunc) NewAlgorithm() (limiter.Algorithm, error) { return f() }
+
+type (
+	aimdFactory      limiter.AIMDConfig
+	vegasFactory     limiter.VegasConfig
+	gradient2Factory limiter.Gradient2Config
+	fixedFactory     int
+)
+
+func (c aimdFactory) NewAlgorithm() (limiter.Algorithm, error) {
+	return limiter.NewAIMD(limiter.AIMDConfig(c))
 }
 
-// Vegas returns an AlgorithmFunc making limiter.Vegas algorithms with c.
-func Vegas(c limiter.VegasConfig) AlgorithmFunc {
-	return func() (limiter.Algorithm, error) { return limiter.NewVegas(c) }
+func (c vegasFactory) NewAlgorithm() (limiter.Algorithm, error) {
+	return limiter.NewVegas(limiter.VegasConfig(c))
 }
 
-// Gradient2 returns an AlgorithmFunc making limiter.Gradient2 algorithms
-// with c.
-func Gradient2(c limiter.Gradient2Config) AlgorithmFunc {
-	return func() (limiter.Algorithm, error) { return limiter.NewGradient2(c) }
+func (c gradient2Factory) NewAlgorithm() (limiter.Algorithm, error) {
+	return limiter.NewGradient2(limiter.Gradient2Config(c))
 }
 
-// Fixed returns an AlgorithmFunc making fixed limits of n.
-func Fixed(n int) AlgorithmFunc {
-	return func() (limiter.Algorithm, error) { return limiter.NewFixed(n) }
+func (n fixedFactory) NewAlgorithm() (limiter.Algorithm, error) { return limiter.NewFixed(int(n)) }
+
+// AIMD returns a factory of limiter.AIMD algorithms configured by c.
+func AIMD(c limiter.AIMDConfig) AlgorithmFactory { return aimdFactory(c) }
+
+// Vegas returns a factory of limiter.Vegas algorithms configured by c.
+func Vegas(c limiter.VegasConfig) AlgorithmFactory { return vegasFactory(c) }
+
+// Gradient2 returns a factory of limiter.Gradient2 algorithms configured
+// by c.
+func Gradient2(c limiter.Gradient2Config) AlgorithmFactory { return gradient2Factory(c) }
+
+// Fixed returns a factory of fixed limits of n.
+func Fixed(n int) AlgorithmFactory { return fixedFactory(n) }
+
+// sameLimit reports whether a and b build identical limiters.
+func sameLimit(a, b Limit) bool {
+	fa, fb := a.Algorithm, b.Algorithm
+	a.Algorithm, b.Algorithm = nil, nil
+	if a != b {
+		return false
+	}
+	if fa == nil || fb == nil {
+		return fa == nil && fb == nil
+	}
+	ta := reflect.TypeOf(fa)
+	return ta == reflect.TypeOf(fb) && ta.Comparable() && fa == fb
 }
 
 // DefaultExempt lists the services exempt from limiting unless an option

@@ -93,14 +93,14 @@ func WithPriorityHeader(key string) Option {
 
 // priority returns the priority of a call of route r.
 func (c *core) priority(ctx context.Context, r *route) Priority {
-	if c.priorityHeader != "" {
+	if r.t.priorityHeader != "" {
 		var md metadata.MD
 		if c.side == "server" {
 			md, _ = metadata.FromIncomingContext(ctx)
 		} else {
 			md, _ = metadata.FromOutgoingContext(ctx)
 		}
-		if v := md.Get(c.priorityHeader); len(v) > 0 {
+		if v := md.Get(r.t.priorityHeader); len(v) > 0 {
 			if p, ok := ParsePriority(v[0]); ok {
 				return p
 			}
@@ -110,15 +110,15 @@ func (c *core) priority(ctx context.Context, r *route) Priority {
 }
 
 // reserve returns how many permits a call of priority p must leave free.
-func (c *core) reserve(p Priority, limit int) int {
+func reserve(shares PriorityShares, p Priority, limit int) int {
 	share := 1.0
 	switch {
 	case p >= PriorityCritical:
 		return 0
 	case p == PriorityDefault:
-		share = c.shares.Default
+		share = shares.Default
 	default:
-		share = c.shares.Sheddable
+		share = shares.Sheddable
 	}
 	// Admit while in flight < share × limit: leave limit − ⌈share × limit⌉
 	// free (the epsilon keeps 0.9 × 10 from rounding up to 10).
@@ -128,10 +128,10 @@ func (c *core) reserve(p Priority, limit int) int {
 // tryAcquire takes a permit for a call of priority p without waiting.
 func (c *core) tryAcquire(ctx context.Context, r *route) (limiter.Token, bool, bool) {
 	p := c.priority(ctx, r)
-	if p >= PriorityCritical || (p == PriorityDefault && c.shares.Default >= 1) {
+	if p >= PriorityCritical || (p == PriorityDefault && r.t.shares.Default >= 1) {
 		tok, ok := r.gate.lim.TryAcquire()
 		return tok, ok, false
 	}
-	tok, ok := r.gate.lim.TryAcquireLeaving(c.reserve(p, r.gate.lim.Limit()))
+	tok, ok := r.gate.lim.TryAcquireLeaving(reserve(r.t.shares, p, r.gate.lim.Limit()))
 	return tok, ok, !ok
 }

@@ -26,7 +26,7 @@ func TestPrioritySheddingOrder(t *testing.T) {
 		WithPriorityShares(PriorityShares{Default: 0.9, Sheddable: 0.5}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
-	r := s.table.lookup(unaryMethod)
+	r := s.tab.Load().lookup(unaryMethod)
 
 	// With k calls in flight, which priorities are still admitted?
 	tests := []struct {
@@ -66,7 +66,7 @@ func TestPriorityFromLimitAndHeader(t *testing.T) {
 		WithMethod(unaryMethod, Limit{Algorithm: Fixed(4), Priority: PrioritySheddable}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
-	r := s.table.lookup(unaryMethod)
+	r := s.tab.Load().lookup(unaryMethod)
 	tests := []struct {
 		name string
 		ctx  context.Context
@@ -88,7 +88,7 @@ func TestPriorityNeverExceedsLimit(t *testing.T) {
 		WithPriorityShares(PriorityShares{Default: 0.75, Sheddable: 0.25}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
-	r := s.table.lookup(unaryMethod)
+	r := s.tab.Load().lookup(unaryMethod)
 	ctxs := []context.Context{withPriority("sheddable"), withPriority("default"), withPriority("critical")}
 
 	var inflight, peak atomic.Int64

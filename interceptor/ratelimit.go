@@ -145,7 +145,7 @@ func (c *core) checkRates(ctx context.Context, r *route) *rejection {
 				fmt.Sprintf("rate limit %s exceeded", r.gate.rate))
 		}
 	}
-	if cl := c.callers; cl != nil {
+	if cl := r.t.callers; cl != nil {
 		key := cl.key(ctx, r.full)
 		if key == "" {
 			key = anonymous

@@ -62,7 +62,7 @@ func TestRateRejectRoundsUp(t *testing.T) {
 	s, err := NewServer()
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
-	r := s.table.lookup(unaryMethod)
+	r := s.tab.Load().lookup(unaryMethod)
 	tests := []struct{ after, want time.Duration }{
 		{12345678 * time.Nanosecond, 13 * time.Millisecond},
 		{12 * time.Millisecond, 12 * time.Millisecond},

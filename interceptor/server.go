@@ -28,7 +28,7 @@ type Server struct {
 // malformed method name, a limit out of range) are reported together in
 // the error.
 func NewServer(opts ...Option) (*Server, error) {
-	c, _, err := newCore("server", opts)
+	c, err := newCore("server", opts)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 }
 
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-	r := s.table.lookup(info.FullMethod)
+	r := s.tab.Load().lookup(info.FullMethod)
 	if r.gate == nil {
 		return handler(ctx, req)
 	}
@@ -100,7 +100,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 }
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	r := s.table.lookup(info.FullMethod)
+	r := s.tab.Load().lookup(info.FullMethod)
 	if r.gate == nil {
 		return handler(srv, ss)
 	}
@@ -132,14 +132,15 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 //	if err := limits.CheckRegistered(srv); err != nil { ... }
 func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 	info := srv.GetServiceInfo()
+	t := s.tab.Load()
 	var unknown []string
-	for name := range s.table.methods {
+	for name := range t.methods {
 		service, method, _ := strings.Cut(name[1:], "/")
 		if !serves(info, service, method) {
 			unknown = append(unknown, name)
 		}
 	}
-	for service, e := range s.table.services {
+	for service, e := range t.services {
 		if _, ok := info[service]; !ok && !isDefaultExempt(e.name) {
 			unknown = append(unknown, e.name)
 		}

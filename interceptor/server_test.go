@@ -344,7 +344,7 @@ func TestOptionErrors(t *testing.T) {
 			`interceptor: WithDefault: limiter: Fixed limit is 0, must be in [1, 1048576]`},
 		{"bad queue", []Option{WithDefault(Limit{Queue: limiter.FixedQueue(-1)})},
 			`interceptor: WithDefault: limiter: FixedQueue size is -1, must be in [0, 1048576]`},
-		{"nil algorithm result", []Option{WithDefault(Limit{Algorithm: func() (limiter.Algorithm, error) { return nil, nil }})},
+		{"nil algorithm result", []Option{WithDefault(Limit{Algorithm: AlgorithmFunc(func() (limiter.Algorithm, error) { return nil, nil })})},
 			`interceptor: WithDefault: Limit.Algorithm returned a nil Algorithm`},
 		{"nil classifier", []Option{WithClassifier(nil)},
 			`interceptor: WithClassifier(nil): a Classifier is required; omit the option for DefaultClassifier`},
@@ -386,13 +386,13 @@ func TestRoutesAreBounded(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	for i := range maxRoutes + 10 {
-		s.table.lookup(fmt.Sprintf("/gen.Svc/M%d", i))
+		s.tab.Load().lookup(fmt.Sprintf("/gen.Svc/M%d", i))
 	}
-	assert.LessOrEqual(t, len(*s.table.routes.Load()), maxRoutes)
-	r := s.table.lookup("/gen.Svc/Late")
+	assert.LessOrEqual(t, len(*s.tab.Load().routes.Load()), maxRoutes)
+	r := s.tab.Load().lookup("/gen.Svc/Late")
 	assert.Equal(t, otherMethod, r.method)
 	assert.Equal(t, otherMethod, r.gate.name)
-	assert.Same(t, r, s.table.lookup("/gen.Svc/Later"), "overflow methods share one route")
+	assert.Same(t, r, s.tab.Load().lookup("/gen.Svc/Later"), "overflow methods share one route")
 	assert.Equal(t, 2, gateOf(s.core, unaryMethod).lim.Limit(), "configured methods keep their limiter past the bound")
 }
 
@@ -483,9 +483,9 @@ func TestLimiters(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	assert.Empty(t, s.Limiters())
-	r := s.table.lookup(unaryMethod)
-	s.table.lookup(bidiMethod) // same service limiter
-	s.table.lookup("/other.v1.Svc/Get")
+	r := s.tab.Load().lookup(unaryMethod)
+	s.tab.Load().lookup(bidiMethod) // same service limiter
+	s.tab.Load().lookup("/other.v1.Svc/Get")
 	tok, rej := s.admit(t.Context(), r)
 	require.Nil(t, rej)
 	assert.Equal(t, []LimiterState{

@@ -57,6 +57,7 @@ func (g *gate) state() LimiterState {
 
 // A route is what one method name resolves to.
 type route struct {
+	t      *table // the table (and so the settings) the route belongs to
 	full   string // as gRPC names it, "/pkg.Svc/Method"
 	method string // without the leading slash, for metrics
 	gate   *gate  // nil when exempt
@@ -72,6 +73,17 @@ type table struct {
 	def      Limit
 	newAttrs func(method string, g *gate) *attrs
 	onGate   func(g *gate) // tells the metrics about a new limiter
+
+	// The settings that Reload replaces together with the table.
+	classifier     Classifier
+	pushback       PushbackFunc
+	callers        *callerLimit // nil without WithCallerRateLimit
+	shares         PriorityShares
+	priorityHeader string
+	maxHold        time.Duration // a Client's bound on honoured pushbacks
+
+	defGates  map[string]*gate // per-method limiters of the default Limit
+	otherGate *gate            // the overflow limiter, once made
 
 	routes atomic.Pointer[map[string]*route]
 	mu     sync.Mutex // serializes route creation
@@ -114,9 +126,15 @@ func validMethod(name string) (service, method string, err error) {
 // is reported, not just the first.
 func newTable(c *config) (*table, error) {
 	t := &table{
-		methods:  map[string]*entry{},
-		services: map[string]*entry{},
-		def:      c.def,
+		methods:        map[string]*entry{},
+		services:       map[string]*entry{},
+		def:            c.def,
+		classifier:     c.classifier,
+		pushback:       c.pushback,
+		shares:         c.shares,
+		priorityHeader: c.priorityHeader,
+		maxHold:        c.maxHold,
+		defGates:       map[string]*gate{},
 	}
 	errs := append([]error(nil), c.errs...)
 	if err := checkLimit("WithDefault", c.def); err != nil {
@@ -182,7 +200,7 @@ func checkLimit(where string, l Limit) error {
 func newLimiter(l Limit) (*limiter.Limiter, error) {
 	opts := []limiter.Option{limiter.WithQueue(l.Queue)}
 	if l.Algorithm != nil {
-		alg, err := l.Algorithm()
+		alg, err := l.Algorithm.NewAlgorithm()
 		if err != nil {
 			return nil, err
 		}
@@ -236,18 +254,21 @@ func (t *table) resolveLocked(fullMethod string) *route {
 	var g *gate
 	switch {
 	case e != nil && e.limit.Exempt:
-		return &route{full: fullMethod, method: method}
+		return &route{t: t, full: fullMethod, method: method}
 	case e != nil:
 		if e.gate == nil {
 			e.gate = t.newGate(strings.TrimPrefix(e.name, "/"), e.limit)
 		}
 		g = e.gate
 	case t.def.Exempt:
-		return &route{full: fullMethod, method: method}
+		return &route{t: t, full: fullMethod, method: method}
 	default:
-		g = t.newGate(method, t.def)
+		if g = t.defGates[method]; g == nil {
+			g = t.newGate(method, t.def)
+			t.defGates[method] = g
+		}
 	}
-	return &route{full: fullMethod, method: method, gate: g, attrs: t.newAttrs(method, g)}
+	return &route{t: t, full: fullMethod, method: method, gate: g, attrs: t.newAttrs(method, g)}
 }
 
 // overflowLocked routes a method past maxRoutes: configured entries still
@@ -261,10 +282,13 @@ func (t *table) overflowLocked(fullMethod string) *route {
 	}
 	if t.other == nil {
 		if t.def.Exempt {
-			t.other = &route{full: "/" + otherMethod, method: otherMethod}
+			t.other = &route{t: t, full: "/" + otherMethod, method: otherMethod}
 		} else {
-			g := t.newGate(otherMethod, t.def)
-			t.other = &route{full: "/" + otherMethod, method: otherMethod, gate: g, attrs: t.newAttrs(otherMethod, g)}
+			if t.otherGate == nil {
+				t.otherGate = t.newGate(otherMethod, t.def)
+			}
+			g := t.otherGate
+			t.other = &route{t: t, full: "/" + otherMethod, method: otherMethod, gate: g, attrs: t.newAttrs(otherMethod, g)}
 		}
 	}
 	return t.other
