@@ -106,6 +106,9 @@ type LimiterState struct {
 	// RTT is a moving average of the durations of the calls the limiter
 	// admitted recently; 0 before the first one finishes.
 	RTT time.Duration
+	// OverrideUntil is when the operator's override (SetOverride) ends;
+	// zero when the limiter adapts freely.
+	OverrideUntil time.Time
 }
 
 // A PushbackFunc returns how long a rejected caller should wait before it

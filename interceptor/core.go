@@ -21,6 +21,8 @@ type core struct {
 	tab      atomic.Pointer[table] // replaced whole by Reload
 	metrics  *metrics
 	reloadMu sync.Mutex
+	// timer runs a func after a delay (overrides expire with it).
+	timer func(d time.Duration, f func()) (stop func() bool)
 	// released and rejected, when set by a test, run after every permit
 	// is returned and every call is rejected.
 	released func()
@@ -37,7 +39,7 @@ func newCore(side string, opts []Option) (*core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
-	c := &core{side: side, metrics: m}
+	c := &core{side: side, metrics: m, timer: systemTimer}
 	t.newAttrs, t.onGate = m.newAttrs, m.addGate
 	c.tab.Store(t)
 	return c, nil

@@ -105,11 +105,13 @@ func sameLimit(a, b Limit) bool {
 
 // DefaultExempt lists the services exempt from limiting unless an option
 // names them: health checks must answer under overload, or a load balancer
-// takes a busy server for a dead one, and reflection is tooling.
+// takes a busy server for a dead one; reflection and sluice's own admin
+// service are tooling an operator needs most when the server is busy.
 var DefaultExempt = []string{
 	"/grpc.health.v1.Health/",
 	"/grpc.reflection.v1.ServerReflection/",
 	"/grpc.reflection.v1alpha.ServerReflection/",
+	"/sluice.v1.LimitsService/",
 }
 
 type config struct {

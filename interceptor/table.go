@@ -26,6 +26,8 @@ type gate struct {
 	lim   *limiter.Limiter
 	queue bool // Acquire may wait
 	// bucket enforces rate, if the Limit has one.
+	omu      sync.Mutex // guards ovr
+	ovr      *override  // the operator's override, if any
 	bucket   *limiter.TokenBucket
 	rate     RateLimit
 	priority Priority
@@ -46,12 +48,19 @@ func (g *gate) observe(rtt time.Duration) {
 }
 
 func (g *gate) state() LimiterState {
+	var until time.Time
+	g.omu.Lock()
+	if g.ovr != nil {
+		until = g.ovr.until
+	}
+	g.omu.Unlock()
 	return LimiterState{
-		Name:     g.name,
-		Limit:    g.lim.Limit(),
-		Inflight: g.lim.Inflight(),
-		Queued:   g.lim.QueueLen(),
-		RTT:      time.Duration(g.rtt.Load()),
+		OverrideUntil: until,
+		Name:          g.name,
+		Limit:         g.lim.Limit(),
+		Inflight:      g.lim.Inflight(),
+		Queued:        g.lim.QueueLen(),
+		RTT:           time.Duration(g.rtt.Load()),
 	}
 }
 

@@ -1,0 +1,184 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-go/sluice/interceptor"
+	"github.com/sluice-go/sluice/internal/testpb"
+	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
+)
+
+const unaryLimiter = "sluice.test.v1.TestService/Unary"
+
+// start serves the test service, protected by sluice, and the admin
+// service on one server, and makes one call so a limiter exists.
+func start(t *testing.T, opts ...Option) sluicev1.LimitsServiceClient {
+	t.Helper()
+	limits, err := interceptor.NewServer(interceptor.WithDefault(interceptor.Limit{Algorithm: interceptor.Fixed(5)}))
+	require.NoError(t, err)
+	svc, err := NewService(limits, opts...)
+	require.NoError(t, err)
+	gs := grpc.NewServer(limits.ServerOptions()...)
+	testpb.RegisterTestServiceServer(gs, &testpb.Service{})
+	sluicev1.RegisterLimitsServiceServer(gs, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = gs.Serve(lis) })
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, conn.Close())
+		gs.Stop()
+		wg.Wait()
+		assert.NoError(t, limits.Close())
+	})
+	_, err = testpb.NewTestServiceClient(conn).Unary(t.Context(), &testpb.UnaryRequest{})
+	require.NoError(t, err)
+	return sluicev1.NewLimitsServiceClient(conn)
+}
+
+func TestListLimits(t *testing.T) {
+	c := start(t)
+	resp, err := c.ListLimits(t.Context(), &sluicev1.ListLimitsRequest{})
+	require.NoError(t, err)
+	require.Len(t, resp.GetLimiters(), 1, "the admin service itself is never limited")
+	l := resp.GetLimiters()[0]
+	assert.Equal(t, unaryLimiter, l.GetName())
+	assert.Equal(t, int32(5), l.GetLimit())
+	assert.Zero(t, l.GetInflight())
+	assert.Positive(t, l.GetRtt().AsDuration())
+	assert.Nil(t, l.GetOverrideRemaining())
+}
+
+func TestWatchAndOverride(t *testing.T) {
+	c := start(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	watch, err := c.WatchLimits(ctx, &sluicev1.WatchLimitsRequest{Interval: durationpb.New(time.Millisecond)})
+	require.NoError(t, err)
+	first, err := watch.Recv()
+	require.NoError(t, err)
+	require.Len(t, first.GetLimiters(), 1)
+	assert.Equal(t, int32(5), first.GetLimiters()[0].GetLimit())
+
+	set, err := c.SetOverride(t.Context(), &sluicev1.SetOverrideRequest{Name: unaryLimiter, Limit: 2, Ttl: durationpb.New(time.Hour)})
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), set.GetLimiter().GetLimit())
+	assert.InDelta(t, time.Hour.Seconds(), set.GetLimiter().GetOverrideRemaining().AsDuration().Seconds(), 60)
+
+	changed, err := watch.Recv()
+	require.NoError(t, err, "the watch reports the override")
+	require.Len(t, changed.GetLimiters(), 1)
+	assert.Equal(t, int32(2), changed.GetLimiters()[0].GetLimit())
+
+	cleared, err := c.ClearOverride(t.Context(), &sluicev1.ClearOverrideRequest{Name: unaryLimiter})
+	require.NoError(t, err)
+	assert.Equal(t, int32(5), cleared.GetLimiter().GetLimit())
+	assert.Nil(t, cleared.GetLimiter().GetOverrideRemaining())
+	changed, err = watch.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, int32(5), changed.GetLimiters()[0].GetLimit())
+}
+
+func TestBadRequests(t *testing.T) {
+	c := start(t)
+	tests := []struct {
+		name string
+		req  *sluicev1.SetOverrideRequest
+		code codes.Code
+		msg  string
+	}{
+		{"no ttl", &sluicev1.SetOverrideRequest{Name: unaryLimiter, Limit: 1}, codes.InvalidArgument,
+			"ttl: required: how long the override holds"},
+		{"unknown limiter", &sluicev1.SetOverrideRequest{Name: "x", Limit: 1, Ttl: durationpb.New(time.Minute)}, codes.NotFound,
+			`interceptor: no limiter of that name: "x"`},
+		{"negative limit", &sluicev1.SetOverrideRequest{Name: unaryLimiter, Limit: -3, Ttl: durationpb.New(time.Minute)}, codes.InvalidArgument,
+			`interceptor: override of "sluice.test.v1.TestService/Unary": limiter: pinned limit is -3, must be in [0, 1048576]`},
+		{"ttl too long", &sluicev1.SetOverrideRequest{Name: unaryLimiter, Limit: 1, Ttl: durationpb.New(48 * time.Hour)}, codes.InvalidArgument,
+			"interceptor: override ttl is 48h0m0s, must be in (0, 24h0m0s]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.SetOverride(t.Context(), tt.req)
+			assert.Equal(t, tt.code, status.Code(err))
+			assert.Equal(t, tt.msg, status.Convert(err).Message())
+		})
+	}
+	_, err := c.ClearOverride(t.Context(), &sluicev1.ClearOverrideRequest{Name: "x"})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+}
+
+func TestAuthorizer(t *testing.T) {
+	var seen []string
+	var mu sync.Mutex
+	deny := func(_ context.Context, method string) error {
+		mu.Lock()
+		seen = append(seen, method)
+		mu.Unlock()
+		if method == "/sluice.v1.LimitsService/ListLimits" {
+			return nil
+		}
+		return errors.New("not an operator")
+	}
+	c := start(t, WithAuthorizer(deny))
+	_, err := c.ListLimits(t.Context(), &sluicev1.ListLimitsRequest{})
+	require.NoError(t, err)
+	_, err = c.SetOverride(t.Context(), &sluicev1.SetOverrideRequest{Name: unaryLimiter, Limit: 0, Ttl: durationpb.New(time.Minute)})
+	assert.Equal(t, codes.PermissionDenied, status.Code(err))
+	assert.Equal(t, "not an operator", status.Convert(err).Message())
+	watch, err := c.WatchLimits(t.Context(), &sluicev1.WatchLimitsRequest{})
+	require.NoError(t, err)
+	_, err = watch.Recv()
+	assert.Equal(t, codes.PermissionDenied, status.Code(err))
+	assert.Equal(t, []string{"/sluice.v1.LimitsService/ListLimits", "/sluice.v1.LimitsService/SetOverride", "/sluice.v1.LimitsService/WatchLimits"}, seen)
+}
+
+func TestLoopbackOnly(t *testing.T) {
+	at := func(a net.Addr) context.Context { return peer.NewContext(context.Background(), &peer.Peer{Addr: a}) }
+	tests := []struct {
+		name string
+		ctx  context.Context
+		ok   bool
+	}{
+		{"ipv4 loopback", at(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}), true},
+		{"ipv6 loopback", at(&net.TCPAddr{IP: net.IPv6loopback, Port: 1}), true},
+		{"unix socket", at(&net.UnixAddr{Name: "/run/admin.sock", Net: "unix"}), true},
+		{"remote", at(&net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 1}), false},
+		{"no peer", context.Background(), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := LoopbackOnly(tt.ctx, "/sluice.v1.LimitsService/ListLimits")
+			if tt.ok {
+				assert.NoError(t, err)
+			} else {
+				assert.Equal(t, codes.PermissionDenied, status.Code(err))
+			}
+		})
+	}
+}
+
+func TestNewServiceErrors(t *testing.T) {
+	_, err := NewService(nil)
+	assert.EqualError(t, err, "admin: NewService needs the Limits to serve (an *interceptor.Server or *interceptor.Client)")
+	limits, err := interceptor.NewServer()
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, limits.Close()) }()
+	_, err = NewService(limits, WithAuthorizer(nil))
+	assert.EqualError(t, err, "admin: WithAuthorizer(nil): an Authorizer is required; omit the option for LoopbackOnly")
+}

@@ -1,0 +1,89 @@
+package interceptor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrUnknownLimiter is returned by SetOverride and ClearOverride for a name
+// Limiters does not list.
+var ErrUnknownLimiter = errors.New("interceptor: no limiter of that name")
+
+// MaxOverride is the longest override SetOverride accepts: an override is
+// for an incident, not a configuration.
+const MaxOverride = 24 * time.Hour
+
+// override is a limit pinned by an operator until a time.
+type override struct {
+	until time.Time
+	stop  func() bool // cancels the expiry
+}
+
+// SetOverride pins the limiter named name (as Limiters names it) at limit
+// for ttl: the algorithm keeps learning meanwhile, and when ttl has passed
+// the limiter resumes adapting. A new override replaces a running one.
+// limit 0 rejects every call. Use it during an incident, typically from
+// the admin service (package admin).
+func (c *core) SetOverride(name string, limit int, ttl time.Duration) error {
+	if ttl <= 0 || ttl > MaxOverride {
+		return fmt.Errorf("interceptor: override ttl is %v, must be in (0, %v]", ttl, MaxOverride)
+	}
+	g := c.gateNamed(name)
+	if g == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownLimiter, name)
+	}
+	g.omu.Lock()
+	defer g.omu.Unlock()
+	if err := g.lim.Pin(limit); err != nil {
+		return fmt.Errorf("interceptor: override of %q: %w", name, err)
+	}
+	if g.ovr != nil {
+		g.ovr.stop()
+	}
+	o := &override{until: time.Now().Add(ttl)}
+	o.stop = c.timer(ttl, func() {
+		g.omu.Lock()
+		defer g.omu.Unlock()
+		if g.ovr == o { // not replaced or cleared meanwhile
+			g.ovr = nil
+			g.lim.Unpin()
+		}
+	})
+	g.ovr = o
+	return nil
+}
+
+// ClearOverride ends the override of the limiter named name at once; it
+// does nothing if there is none.
+func (c *core) ClearOverride(name string) error {
+	g := c.gateNamed(name)
+	if g == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownLimiter, name)
+	}
+	g.omu.Lock()
+	defer g.omu.Unlock()
+	if g.ovr != nil {
+		g.ovr.stop()
+		g.ovr = nil
+		g.lim.Unpin()
+	}
+	return nil
+}
+
+func (c *core) gateNamed(name string) *gate {
+	c.metrics.mu.Lock()
+	defer c.metrics.mu.Unlock()
+	for _, ga := range c.metrics.gates {
+		if ga.g.name == name {
+			return ga.g
+		}
+	}
+	return nil
+}
+
+// timer runs f after d and returns a func that cancels it; tests replace
+// core.timer to control time.
+func systemTimer(d time.Duration, f func()) (stop func() bool) {
+	return time.AfterFunc(d, f).Stop
+}
