@@ -11,6 +11,7 @@ require (
 	github.com/zeromicro/go-zero v1.10.3
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.24.0
+	golang.org/x/time v0.16.0
 )
 
 require (

@@ -1,0 +1,37 @@
+package bench
+
+import (
+	"math"
+	"testing"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// BenchmarkRateAllow compares a non-blocking rate check: sluice's
+// TokenBucket.Allow against golang.org/x/time/rate.Limiter.Allow, both
+// with a rate high enough that every call is allowed.
+func BenchmarkRateAllow(b *testing.B) {
+	b.Run("sluice", func(b *testing.B) {
+		tb, err := limiter.NewTokenBucket(1e12, math.MaxInt32)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if !tb.Allow() {
+				b.Fatal("rejected")
+			}
+		}
+	})
+	b.Run("xrate", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1e12), math.MaxInt32)
+		b.ReportAllocs()
+		for b.Loop() {
+			if !l.Allow() {
+				b.Fatal("rejected")
+			}
+		}
+	})
+}
