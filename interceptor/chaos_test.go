@@ -126,7 +126,10 @@ func TestChaosDeadlineStorm(t *testing.T) {
 		n = 600
 	}
 	var served atomic.Int64
-	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		if req.GetPayload() == "warm-up" {
+			return &testpb.UnaryResponse{}, nil
+		}
 		served.Add(1)
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -137,13 +140,17 @@ func TestChaosDeadlineStorm(t *testing.T) {
 	})
 	// Thousands of events would overflow the harness's channels.
 	e.srv.released, e.srv.rejected, e.cli.released, e.cli.rejected = nil, nil, nil, nil
+	// Connect first: calls of a few milliseconds could all expire while
+	// the connection is being set up.
+	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{Payload: "warm-up"})
+	require.NoError(t, err)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 200) // bound the goroutines, not the calls
 	for i := range n {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+i%3)*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2+i%3)*time.Millisecond)
 			defer cancel()
 			_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
 			switch status.Code(err) {

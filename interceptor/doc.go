@@ -42,6 +42,13 @@
 // Admission of every priority is one atomic step on the same counter, so
 // together they never exceed the limit.
 //
+// # Configuration files
+//
+// LoadConfig reads limits from a JSON file, the protobuf JSON form of
+// sluice.v1.Config (proto/sluice/v1/config.proto), and returns the
+// Options it describes; every problem is reported at once with its field
+// path. testdata/config/example.json shows every setting.
+//
 // # Reloading
 //
 // Server.Reload and Client.Reload apply new options to running

@@ -1,0 +1,513 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-go/sluice/limiter"
+	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
+)
+
+const exampleConfig = "../testdata/config/example.json"
+
+// limitsOf builds a Server from opts, routes every method, and returns the
+// limit of each limiter by name.
+func limitsOf(t *testing.T, opts []Option, methods ...string) map[string]int {
+	t.Helper()
+	s, err := NewServer(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	for _, m := range methods {
+		s.tab.Load().lookup(m)
+	}
+	got := map[string]int{}
+	for _, l := range s.Limiters() {
+		got[l.Name] = l.Limit
+	}
+	return got
+}
+
+func TestLoadConfigExample(t *testing.T) {
+	opts, err := LoadConfig(exampleConfig)
+	require.NoError(t, err)
+
+	c := newConfig(opts)
+	require.NoError(t, errors.Join(c.errs...))
+	assert.Equal(t, Limit{
+		Algorithm: AIMD(limiter.AIMDConfig{BackoffRatio: 0.8}),
+		Queue:     limiter.LittleQueue(50 * time.Millisecond),
+	}, c.def)
+	catalog := Limit{
+		Algorithm: Vegas(limiter.VegasConfig{InitialLimit: 50}),
+		Queue:     limiter.LittleQueue(20 * time.Millisecond),
+		LIFO:      true,
+	}
+	assert.Equal(t, []namedLimit{
+		{"/shop.v1.Checkout/PlaceOrder", Limit{
+			Algorithm: AIMD(limiter.AIMDConfig{InitialLimit: 20, MinLimit: 2, MaxLimit: 200, Timeout: 500 * time.Millisecond}),
+			Queue:     limiter.FixedQueue(8),
+			Priority:  PriorityCritical,
+		}},
+		{"/shop.v1.Search/", Limit{
+			Algorithm: Gradient2(limiter.Gradient2Config{MaxLimit: 500}),
+			Rate:      RateLimit{PerSecond: 200, Burst: 50},
+			Priority:  PrioritySheddable,
+		}},
+		{"/shop.v1.Catalog/GetItem", catalog},
+		{"/shop.v1.Catalog/ListItems", catalog},
+		{"/shop.v1.Reports/Export", Limit{Algorithm: Fixed(4)}},
+		{"/shop.v1.Internal/", Limit{Exempt: true}},
+	}, c.methods)
+
+	assert.Equal(t, map[string]int{
+		"shop.v1.Checkout/PlaceOrder": 20,
+		"shop.v1.Checkout/Other":      20, // the default AIMD
+		"shop.v1.Search/":             20, // one limiter for the service
+		"shop.v1.Catalog/GetItem":     50,
+		"shop.v1.Catalog/ListItems":   50,
+		"shop.v1.Reports/Export":      4,
+	}, limitsOf(t, opts,
+		"/shop.v1.Checkout/PlaceOrder", "/shop.v1.Checkout/Other",
+		"/shop.v1.Search/Find", "/shop.v1.Search/Suggest",
+		"/shop.v1.Catalog/GetItem", "/shop.v1.Catalog/ListItems",
+		"/shop.v1.Reports/Export", "/shop.v1.Internal/Debug"))
+}
+
+// TestConfigRoundTrip: JSON -> Config -> FileConfig -> Config -> JSON ->
+// options gives back the same configuration at every step.
+func TestConfigRoundTrip(t *testing.T) {
+	data, err := os.ReadFile(exampleConfig)
+	require.NoError(t, err)
+	var pb sluicev1.Config
+	require.NoError(t, protojson.Unmarshal(data, &pb))
+
+	fc, err := FromConfig(&pb)
+	require.NoError(t, err)
+	back, err := ToConfig(fc)
+	require.NoError(t, err)
+	assert.True(t, proto.Equal(&pb, back), "ToConfig(FromConfig(x)) != x:\n%v\n%v", &pb, back)
+
+	js, err := protojson.Marshal(back)
+	require.NoError(t, err)
+	fromJSON, err := ParseConfig(js)
+	require.NoError(t, err)
+	fromGo, err := fc.Options()
+	require.NoError(t, err)
+	want := newConfig(fromJSON)
+	for _, opts := range [][]Option{fromGo, mustOptions(t, &pb)} {
+		got := newConfig(opts)
+		assert.Equal(t, want.def, got.def)
+		assert.Equal(t, want.methods, got.methods)
+	}
+}
+
+func TestConfigOptionsNil(t *testing.T) {
+	opts, err := ConfigOptions(nil)
+	assert.NoError(t, err)
+	assert.Empty(t, opts)
+	fc, err := FromConfig(nil)
+	assert.NoError(t, err)
+	assert.Equal(t, FileConfig{}, fc)
+}
+
+func mustOptions(t *testing.T, c *sluicev1.Config) []Option {
+	t.Helper()
+	opts, err := ConfigOptions(c)
+	require.NoError(t, err)
+	return opts
+}
+
+// TestConfigLimits: each algorithm's configured limit is the live limit of
+// the limiters built from the file.
+func TestConfigLimits(t *testing.T) {
+	tests := []struct {
+		name    string
+		json    string
+		methods []string
+		want    map[string]int
+	}{
+		{"empty", `{}`, []string{"/a.S/M"}, map[string]int{"a.S/M": limiter.DefaultAIMDInitialLimit}},
+		{"default aimd", `{"default": {"aimd": {"initial_limit": 7}}}`,
+			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/M": 7, "a.S/N": 7}},
+		{"aimd initial follows min", `{"default": {"aimd": {"min_limit": 30}}}`,
+			[]string{"/a.S/M"}, map[string]int{"a.S/M": 30}},
+		{"vegas", `{"methods": [{"name": [{"service": "a.S", "method": "M"}], "limit": {"vegas": {"initial_limit": 9}}}]}`,
+			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/M": 9, "a.S/N": 20}},
+		{"gradient2 service", `{"methods": [{"name": [{"service": "a.S"}], "limit": {"gradient2": {"initial_limit": 11, "max_limit": 11}}}]}`,
+			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/": 11}},
+		{"fixed, camelCase names", `{"methods": [{"name": [{"service": "a.S", "method": "M"}], "limit": {"fixed": {"limit": 3}, "rateLimit": {"perSecond": 5}}}]}`,
+			[]string{"/a.S/M"}, map[string]int{"a.S/M": 3}},
+		{"exempt default", `{"default": {"exempt": true}, "methods": [{"name": [{"service": "a.S", "method": "M"}], "limit": {"fixed": {"limit": 2}}}]}`,
+			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/M": 2}},
+		{"health exemption replaced", `{"methods": [{"name": [{"service": "grpc.health.v1.Health"}], "limit": {"fixed": {"limit": 1}}}]}`,
+			[]string{"/grpc.health.v1.Health/Check"}, map[string]int{"grpc.health.v1.Health/": 1}},
+		{"entry without limit", `{"methods": [{"name": [{"service": "a.S"}]}]}`,
+			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/": limiter.DefaultAIMDInitialLimit}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts, err := ParseConfig([]byte(tt.json))
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, limitsOf(t, opts, tt.methods...))
+		})
+	}
+}
+
+// TestConfigBehaviour: the configured limits hold calls back.
+func TestConfigBehaviour(t *testing.T) {
+	opts, err := ParseConfig([]byte(`{
+		"methods": [
+			{"name": [{"service": "a.S", "method": "One"}], "limit": {"fixed": {"limit": 1}}},
+			{"name": [{"service": "a.S", "method": "Rate"}], "limit": {"rate_limit": {"per_second": 0.001, "burst": 2}}},
+			{"name": [{"service": "a.S", "method": "Free"}], "limit": {"exempt": true}}
+		],
+		"default": {"fixed": {"limit": 1}}
+	}`))
+	require.NoError(t, err)
+	s, err := NewServer(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	unary := s.UnaryServerInterceptor()
+	call := func(method string, h grpc.UnaryHandler) error {
+		_, err := unary(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: method}, h)
+		return err
+	}
+	ok := func(context.Context, any) (any, error) { return nil, nil }
+
+	// While a call holds the only permit of One (and of Free, if it had
+	// a limiter), a second call of One is rejected and Free runs.
+	entered, release, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		done <- call("/a.S/One", func(context.Context, any) (any, error) {
+			close(entered)
+			<-release
+			return nil, nil
+		})
+	}()
+	<-entered
+	assert.Equal(t, codes.ResourceExhausted, status.Code(call("/a.S/One", ok)))
+	for range 3 {
+		assert.NoError(t, call("/a.S/Free", ok))
+	}
+	close(release)
+	require.NoError(t, <-done)
+	assert.NoError(t, call("/a.S/One", ok))
+
+	// A burst of 2 at 0.001/s: the third call is over the rate.
+	assert.NoError(t, call("/a.S/Rate", ok))
+	assert.NoError(t, call("/a.S/Rate", ok))
+	err = call("/a.S/Rate", ok)
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "rate limit")
+}
+
+func TestConfigErrors(t *testing.T) {
+	const prefix = "interceptor: invalid config: "
+	method := func(name, limit string) string {
+		return `{"methods": [{"name": [` + name + `], "limit": {` + limit + `}}]}`
+	}
+	aimd := func(fields string) string { return `{"default": {"aimd": {` + fields + `}}}` }
+	tests := []struct {
+		name, json, want string
+	}{
+		{"backoff too high", aimd(`"backoff_ratio": 1.2`),
+			"default.aimd.backoff_ratio: 1.2 is not in [0.5, 1)"},
+		{"backoff too low", aimd(`"backoff_ratio": 0.4`),
+			"default.aimd.backoff_ratio: 0.4 is not in [0.5, 1)"},
+		{"backoff NaN", aimd(`"backoff_ratio": "NaN"`),
+			"default.aimd.backoff_ratio: NaN is not in [0.5, 1)"},
+		{"negative timeout", aimd(`"timeout": "-1s"`),
+			"default.aimd.timeout: -1s is not >= 0"},
+		{"timeout out of Go's range", aimd(`"timeout": "315576000000s"`),
+			"default.aimd.timeout: 315576000000s is out of range: at most 2562047h47m16s"},
+		{"negative min", aimd(`"min_limit": -1`),
+			"default.aimd.min_limit: -1 is not in [1, 1048576]"},
+		{"max too large", aimd(`"max_limit": 2000000`),
+			"default.aimd.max_limit: 2000000 is not in [1, 1048576]"},
+		{"min above max", aimd(`"min_limit": 50, "max_limit": 10`),
+			"default.aimd.min_limit: 50 is not <= max_limit (10)"},
+		{"initial above max", aimd(`"initial_limit": 50, "max_limit": 10`),
+			"default.aimd.initial_limit: 50 is not in [min_limit, max_limit] = [1, 10]"},
+		{"initial below min", aimd(`"initial_limit": 5, "min_limit": 10`),
+			"default.aimd.initial_limit: 5 is not in [min_limit, max_limit] = [10, 1000]"},
+		{"vegas default initial below min", `{"default": {"vegas": {"min_limit": 50, "max_limit": 100}}}`,
+			"default.vegas.initial_limit: default 20 is not in [min_limit, max_limit] = [50, 100]"},
+		{"gradient2 min above default max, no initial", `{"default": {"gradient2": {"min_limit": 300}}}`,
+			"default.gradient2.min_limit: 300 is not <= max_limit (default 200)"},
+		{"vegas beta below default alpha", `{"default": {"vegas": {"beta": 2}}}`,
+			"default.vegas.beta: 2 is not > alpha (default 3)"},
+		{"vegas default beta below alpha", `{"default": {"vegas": {"alpha": 10}}}`,
+			"default.vegas.beta: default 6 is not > alpha (10)"},
+		{"vegas negative alpha", `{"default": {"vegas": {"alpha": -1}}}`,
+			"default.vegas.alpha: -1 is not > 0"},
+		{"vegas smoothing", `{"default": {"vegas": {"smoothing": 1.5}}}`,
+			"default.vegas.smoothing: 1.5 is not in (0, 1]"},
+		{"vegas probe multiplier", `{"default": {"vegas": {"probe_multiplier": -2}}}`,
+			"default.vegas.probe_multiplier: -2 is not >= 1"},
+		{"gradient2 queue size", `{"default": {"gradient2": {"queue_size": -1}}}`,
+			"default.gradient2.queue_size: -1 is not >= 0"},
+		{"gradient2 smoothing", `{"default": {"gradient2": {"smoothing": -0.5}}}`,
+			"default.gradient2.smoothing: -0.5 is not in (0, 1]"},
+		{"gradient2 long window", `{"default": {"gradient2": {"long_window": -1}}}`,
+			"default.gradient2.long_window: -1 is not >= 1"},
+		{"fixed without limit", `{"default": {"fixed": {}}}`,
+			"default.fixed.limit: 0 is not in [1, 1048576]"},
+		{"queue size", `{"default": {"queue": {"size": -1}}}`,
+			"default.queue.size: -1 is not in [0, 1048576]"},
+		{"queue target zero", `{"default": {"queue": {"target": "0s"}}}`,
+			"default.queue.target: 0s is not > 0"},
+		{"rate burst without rate", `{"default": {"rate_limit": {"burst": 5}}}`,
+			"default.rate_limit.per_second: 0 is not a finite number > 0"},
+		{"rate infinite", `{"default": {"rate_limit": {"per_second": "Infinity"}}}`,
+			"default.rate_limit.per_second: +Inf is not a finite number > 0"},
+		{"rate negative burst", `{"default": {"rate_limit": {"per_second": 1, "burst": -1}}}`,
+			"default.rate_limit.burst: -1 is not >= 0"},
+		{"unknown priority number", `{"default": {"priority": 9}}`,
+			"default.priority: 9 is not PRIORITY_CRITICAL, PRIORITY_DEFAULT or PRIORITY_SHEDDABLE"},
+		{"exempt with settings", `{"default": {"exempt": true, "fixed": {"limit": 1}, "queue": {}, "priority": "PRIORITY_CRITICAL"}}`,
+			"default.exempt: true conflicts with fixed, queue, priority: an exempt method has no limiter"},
+		{"no names", `{"methods": [{"limit": {"fixed": {"limit": 1}}}]}`,
+			"methods[0].name: is empty: name at least one service, or a service and a method"},
+		{"empty service", method(`{"service": "a.S"}, {"method": "M"}`, ``),
+			"methods[0].name[1]: service is empty"},
+		{"service with slash", method(`{"service": "/a.S"}`, ``),
+			`methods[0].name[0]: service "/a.S" contains '/': want a full service name, "package.Service"`},
+		{"service with space", method(`{"service": "a. S"}`, ``),
+			`methods[0].name[0]: service "a. S" contains spaces or control characters`},
+		{"service with empty part", method(`{"service": "a..S"}`, ``),
+			`methods[0].name[0]: service "a..S" has an empty name part`},
+		{"method with slash", method(`{"service": "a.S", "method": "M/N"}`, ``),
+			`methods[0].name[0]: method "M/N" contains '/': want a method name, or nothing for the whole service`},
+		{"duplicate in one entry", method(`{"service": "a.S", "method": "M"}, {"service": "a.S", "method": "M"}`, ``),
+			`methods[0].name[1]: "/a.S/M" is already configured by methods[0].name[0]`},
+		{"nested path", `{"methods": [{"name": [{"service": "a.S"}]}, {"name": [{"service": "b.S"}], "limit": {"aimd": {"backoff_ratio": 1.2}}}]}`,
+			"methods[1].limit.aimd.backoff_ratio: 1.2 is not in [0.5, 1)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts, err := ParseConfig([]byte(tt.json))
+			require.Error(t, err)
+			assert.Nil(t, opts)
+			assert.Equal(t, prefix+tt.want, err.Error())
+			var ce *ConfigError
+			require.ErrorAs(t, err, &ce)
+			assert.Len(t, ce.Problems, 1)
+		})
+	}
+}
+
+// TestConfigEveryProblem: one error lists every problem, in file order.
+func TestConfigEveryProblem(t *testing.T) {
+	_, err := ParseConfig([]byte(`{
+		"default": {"vegas": {"beta": 2, "smoothing": 2}},
+		"methods": [
+			{"name": [{"service": "pkg.Svc", "method": "M"}, {"method": "X"}]},
+			{"name": [{"service": "pkg.Svc", "method": "N"}], "limit": {"fixed": {"limit": 5}}},
+			{"name": [{"service": "pkg.Svc", "method": "O"}], "limit": {"aimd": {"backoff_ratio": 1.2, "min_limit": -3}, "queue": {"size": -1}}},
+			{"name": [{"service": "pkg.Svc", "method": "M"}, {"service": "pkg.Svc", "method": "N"}]}
+		]
+	}`))
+	require.Error(t, err)
+	assert.Equal(t, `interceptor: invalid config: 8 problems:
+	default.vegas.beta: 2 is not > alpha (default 3)
+	default.vegas.smoothing: 2 is not in (0, 1]
+	methods[0].name[1]: service is empty
+	methods[2].limit.aimd.min_limit: -3 is not in [1, 1048576]
+	methods[2].limit.aimd.backoff_ratio: 1.2 is not in [0.5, 1)
+	methods[2].limit.queue.size: -1 is not in [0, 1048576]
+	methods[3].name[0]: "/pkg.Svc/M" is already configured by methods[0]`+"\n\t"+
+		`methods[3].name[1]: "/pkg.Svc/N" is already configured by methods[1]`, err.Error())
+}
+
+func TestConfigDuplicateNames(t *testing.T) {
+	_, err := ParseConfig([]byte(`{"methods": [
+		{"name": [{"service": "pkg.Svc"}]},
+		{"name": [{"service": "pkg.Svc", "method": "M"}]},
+		{"name": [{"service": "other.Svc"}]},
+		{"name": [{"service": "pkg.Svc", "method": "M"}]}
+	]}`))
+	require.Error(t, err)
+	assert.Equal(t, `interceptor: invalid config: methods[3].name[0]: "/pkg.Svc/M" is already configured by methods[1]`, err.Error())
+
+	// A service entry and a method entry of the service are not duplicates.
+	_, err = ParseConfig([]byte(`{"methods": [{"name": [{"service": "pkg.Svc"}, {"service": "pkg.Svc", "method": "M"}]}]}`))
+	assert.NoError(t, err)
+}
+
+func TestConfigUnknownField(t *testing.T) {
+	for _, js := range []string{
+		`{"default": {"aimd": {"backof_ratio": 0.8}}}`,
+		`{"defaults": {}}`,
+		`{"methods": [{"names": []}]}`,
+	} {
+		_, err := ParseConfig([]byte(js))
+		require.Error(t, err, js)
+		assert.True(t, strings.HasPrefix(err.Error(), "interceptor: config: proto:"), err.Error())
+		assert.Contains(t, err.Error(), "unknown field", js)
+	}
+
+	path := filepath.Join(t.TempDir(), "sluice.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"default": {"fixed": {"limit": 2, "max": 3}}}`), 0o600))
+	_, err := LoadConfig(path)
+	require.Error(t, err)
+	assert.True(t, strings.HasPrefix(err.Error(), "interceptor: config "+path+": proto:"), err.Error())
+	assert.Contains(t, err.Error(), `unknown field "max"`)
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	_, err := LoadConfig(filepath.Join(dir, "missing.json"))
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+
+	path := filepath.Join(dir, "bad.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"methods": [{"name": [{"method": "M"}]}]}`), 0o600))
+	_, err = LoadConfig(path)
+	require.Error(t, err)
+	assert.Equal(t, "interceptor: invalid config "+path+": methods[0].name[0]: service is empty", err.Error())
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, path, ce.File)
+	assert.Equal(t, []ConfigProblem{{Path: "methods[0].name[0]", Message: "service is empty"}}, ce.Problems)
+
+	_, err = ParseConfig([]byte(`{"default": `))
+	assert.ErrorContains(t, err, "interceptor: config: proto:")
+}
+
+func TestToConfigErrors(t *testing.T) {
+	_, err := ToConfig(FileConfig{
+		Default: &LimitConfig{AIMD: &limiter.AIMDConfig{}, Fixed: 3},
+		Methods: []MethodConfig{
+			{Names: []string{"pkg.Svc/M", "/pkg.Svc", "/pkg.Svc/N"}},
+			{Names: []string{"/pkg.Svc/N"}, Limit: LimitConfig{
+				Queue:    QueueConfig{Size: 2, Target: time.Second},
+				Priority: Priority(5),
+				Rate:     RateLimit{PerSecond: -1},
+			}},
+			{Names: []string{"/a.S/"}, Limit: LimitConfig{Fixed: 1 << 40}},
+			{Limit: LimitConfig{Exempt: true, Vegas: &limiter.VegasConfig{}}},
+		},
+	})
+	require.Error(t, err)
+	assert.Equal(t, `interceptor: invalid config: 10 problems:
+	default: sets more than one algorithm (aimd, fixed)
+	methods[0].name[0]: "pkg.Svc/M" is not "/package.Service/Method" or "/package.Service/"
+	methods[0].name[1]: "/pkg.Svc" is not "/package.Service/Method" or "/package.Service/"
+	methods[1].name[0]: "/pkg.Svc/N" is already configured by methods[0]
+	methods[1].limit.queue: sets both size (2) and target (1s)
+	methods[1].limit.priority: Priority(5) is not PriorityCritical, PriorityDefault or PrioritySheddable
+	methods[1].limit.rate_limit.per_second: -1 is not a finite number > 0
+	methods[2].limit.fixed.limit: 1099511627776 is out of the range of int32
+	methods[3].name: is empty: name at least one service, or a service and a method`+"\n\t"+
+		`methods[3].limit.exempt: true conflicts with vegas: an exempt method has no limiter`, err.Error())
+}
+
+// TestConfigMatchesLimiter checks that the configuration's range checks
+// mirror package limiter's and NewServer's: a Limit is accepted by one if
+// and only if it is by the other.
+func TestConfigMatchesLimiter(t *testing.T) {
+	d := durationpb.New
+	limits := []*sluicev1.Limit{
+		{},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{BackoffRatio: 0.5}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{BackoffRatio: 0.9999}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{BackoffRatio: 1}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{BackoffRatio: 0.49}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{MinLimit: 30}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{MaxLimit: 5}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{MinLimit: 2000}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{MinLimit: 2000, MaxLimit: 1500}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{InitialLimit: 1500}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{InitialLimit: 1 << 20, MaxLimit: 1 << 20}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{InitialLimit: 1<<20 + 1}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{InitialLimit: 10, MinLimit: 20}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{Timeout: d(-time.Nanosecond)}}},
+		{Algorithm: &sluicev1.Limit_Aimd{Aimd: &sluicev1.Aimd{Timeout: d(time.Nanosecond)}}},
+		{Algorithm: &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{InitialLimit: 1500}}},
+		{Algorithm: &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{MinLimit: 30}}},
+		{Algorithm: &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{Alpha: 6}}},
+		{Algorithm: &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{Alpha: 5.9}}},
+		{Algorithm: &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{Beta: 3}}},
+		{Algorithm: &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{Smoothing: 1}}},
+		{Algorithm: &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{Smoothing: 1.01}}},
+		{Algorithm: &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{ProbeMultiplier: 1}}},
+		{Algorithm: &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{ProbeMultiplier: -1}}},
+		{Algorithm: &sluicev1.Limit_Gradient2{Gradient2: &sluicev1.Gradient2{InitialLimit: 300}}},
+		{Algorithm: &sluicev1.Limit_Gradient2{Gradient2: &sluicev1.Gradient2{MinLimit: 201}}},
+		{Algorithm: &sluicev1.Limit_Gradient2{Gradient2: &sluicev1.Gradient2{MinLimit: 21}}},
+		{Algorithm: &sluicev1.Limit_Gradient2{Gradient2: &sluicev1.Gradient2{QueueSize: -1}}},
+		{Algorithm: &sluicev1.Limit_Gradient2{Gradient2: &sluicev1.Gradient2{LongWindow: -1}}},
+		{Algorithm: &sluicev1.Limit_Gradient2{Gradient2: &sluicev1.Gradient2{Smoothing: 0.001}}},
+		{Algorithm: &sluicev1.Limit_Fixed{Fixed: &sluicev1.Fixed{Limit: 1}}},
+		{Algorithm: &sluicev1.Limit_Fixed{Fixed: &sluicev1.Fixed{Limit: 1 << 20}}},
+		{Algorithm: &sluicev1.Limit_Fixed{Fixed: &sluicev1.Fixed{Limit: 1<<20 + 1}}},
+		{Algorithm: &sluicev1.Limit_Fixed{Fixed: &sluicev1.Fixed{Limit: -1}}},
+		{Queue: &sluicev1.Queue{Bound: &sluicev1.Queue_Size{Size: 1 << 20}}},
+		{Queue: &sluicev1.Queue{Bound: &sluicev1.Queue_Size{Size: 1<<20 + 1}}},
+		{Queue: &sluicev1.Queue{Bound: &sluicev1.Queue_Size{Size: 0}}},
+		{Queue: &sluicev1.Queue{Bound: &sluicev1.Queue_Target{Target: d(-time.Second)}}},
+		{Queue: &sluicev1.Queue{Bound: &sluicev1.Queue_Target{Target: d(time.Nanosecond)}}},
+		{RateLimit: &sluicev1.RateLimit{PerSecond: 1e-9}},
+		{RateLimit: &sluicev1.RateLimit{PerSecond: 1e9}},
+		{RateLimit: &sluicev1.RateLimit{PerSecond: -1}},
+		{RateLimit: &sluicev1.RateLimit{Burst: 1}},
+		{RateLimit: &sluicev1.RateLimit{PerSecond: 1, Burst: -1}},
+		{RateLimit: &sluicev1.RateLimit{}},
+		{Priority: sluicev1.Priority_PRIORITY_SHEDDABLE},
+		{Priority: sluicev1.Priority_PRIORITY_DEFAULT},
+		{Priority: sluicev1.Priority_PRIORITY_CRITICAL},
+	}
+	for _, l := range limits {
+		var ps cfgProblems
+		cfgCheckLimit(&ps, "default", l)
+		_, err := NewServer(WithDefault(cfgFromLimit(l).limit()))
+		if len(ps.list) == 0 {
+			assert.NoError(t, err, "%v: accepted by the config, rejected by NewServer", l)
+		} else {
+			assert.Error(t, err, "%v: rejected by the config (%v), accepted by NewServer", l, ps.list)
+		}
+	}
+}
+
+func ExampleParseConfig() {
+	opts, err := ParseConfig([]byte(`{
+		"default": {"aimd": {"max_limit": 500}},
+		"methods": [{
+			"name": [{"service": "shop.v1.Checkout", "method": "PlaceOrder"}],
+			"limit": {"fixed": {"limit": 16}, "queue": {"size": 4}}
+		}]
+	}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	srv, err := NewServer(opts...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+	_ = grpc.NewServer(srv.ServerOptions()...)
+
+	_, err = ParseConfig([]byte(`{"methods": [{"name": [{"method": "PlaceOrder"}], "limit": {"aimd": {"backoff_ratio": 1.2}}}]}`))
+	fmt.Println(err)
+	// Output:
+	// interceptor: invalid config: 2 problems:
+	//	methods[0].name[0]: service is empty
+	//	methods[0].limit.aimd.backoff_ratio: 1.2 is not in [0.5, 1)
+}
