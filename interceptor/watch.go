@@ -1,0 +1,62 @@
+package interceptor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+)
+
+// A Reloader applies new options to running interceptors: *Server and
+// *Client are Reloaders.
+type Reloader interface {
+	Reload(opts ...Option) error
+}
+
+// WatchConfig polls the config file at path every interval and, when its
+// contents change, reloads r with the options it describes followed by
+// extra (settings a file cannot express, such as WithClassifier). A file
+// that cannot be read or is invalid changes nothing: the error goes to
+// onError (log.Printf when nil) and the running configuration stays until
+// a good file appears. The file's contents when WatchConfig starts are
+// taken as already applied. It returns ctx's error when ctx is done, or
+// an error at once for an interval <= 0 or a nil Reloader.
+func WatchConfig(ctx context.Context, path string, interval time.Duration, r Reloader, onError func(error), extra ...Option) error {
+	if interval <= 0 {
+		return fmt.Errorf("interceptor: WatchConfig interval is %v, must be > 0", interval)
+	}
+	if r == nil {
+		return fmt.Errorf("interceptor: WatchConfig needs a Reloader (a *Server or *Client)")
+	}
+	if onError == nil {
+		onError = func(err error) { log.Printf("sluice: config %s not applied: %v", path, err) }
+	}
+	last, _ := os.ReadFile(path)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			onError(err)
+			continue
+		}
+		if bytes.Equal(data, last) {
+			continue
+		}
+		last = data
+		opts, err := ParseConfig(data)
+		if err == nil {
+			err = r.Reload(append(opts, extra...)...)
+		}
+		if err != nil {
+			onError(err)
+		}
+	}
+}
