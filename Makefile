@@ -22,10 +22,27 @@ test:
 overload:
 	$(GO) test -count=1 -run TestDefaultsProtect ./limiter
 
-## bench: the benchmarks of the root module (the peer comparison lives in bench/).
+## bench: the micro benchmarks of the root module, then bench/'s peer
+## comparison: micro benchmarks, gRPC overhead, and the ~3 min overload run
+## against a real gRPC server. Six runs each, summarized by benchstat; raw
+## output and reports in bench-out/. About 7 minutes on 2 cores.
+BENCH_OUT := $(CURDIR)/bench-out
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=5 ./... | tee bench.txt
-	$(TOOL) benchstat bench.txt
+	@set -e; mkdir -p $(BENCH_OUT); start=$$(date +%s); \
+	echo "== root module micro benchmarks (6 runs) > bench-out/root.txt"; \
+	$(GO) test -run '^$$' -bench . -benchmem -count=6 ./limiter ./interceptor > $(BENCH_OUT)/root.txt 2>&1 || \
+		{ cat $(BENCH_OUT)/root.txt; exit 1; }; \
+	$(TOOL) benchstat $(BENCH_OUT)/root.txt | tee $(BENCH_OUT)/root.benchstat.txt; \
+	echo "== bench/ micro and overhead benchmarks (6 runs) > bench-out/peers.txt"; \
+	(cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=6 ./... > $(BENCH_OUT)/peers.txt 2>&1) || \
+		{ cat $(BENCH_OUT)/peers.txt; exit 1; }; \
+	$(TOOL) benchstat $(BENCH_OUT)/peers.txt | tee $(BENCH_OUT)/peers.benchstat.txt; \
+	echo "== bench/ overload comparison (~3 min) > bench-out/overload.txt, bench-out/overload.md"; \
+	(cd bench && $(GO) test -count=1 -run '^TestOverloadComparison$$' -v -timeout 15m -overload \
+		-overload.out $(BENCH_OUT)/overload.md . > $(BENCH_OUT)/overload.txt 2>&1) || \
+		{ cat $(BENCH_OUT)/overload.txt; exit 1; }; \
+	cat $(BENCH_OUT)/overload.md; \
+	echo "== make bench took $$(( $$(date +%s) - start )) s"
 
 ## fuzz: every fuzz target of the root module for FUZZTIME each; the seed
 ## corpora in each package's testdata/fuzz run with plain `go test` too.

@@ -40,6 +40,22 @@
 //
 // and compare with benchstat.
 //
+// BenchmarkUnaryOverhead times a whole unary gRPC call over bufconn: bare,
+// with sluice's server and client interceptors, and with failsafe-go's
+// (failsafegrpc around a default adaptive limiter on each side).
+//
+// # Overload comparison
+//
+// TestOverloadComparison runs the load profile of `make demo` (0.5×, 2×,
+// 5×, 5× on half the capacity, then 1×) against a real gRPC server on
+// 127.0.0.1 whose handler calls a simulated FIFO backend, once unprotected,
+// once with sluice's server interceptors and their defaults, and once per
+// other peer through a server interceptor built from its Guard. It takes
+// about 3 minutes, so it is skipped unless run with -overload or
+// SLUICE_BENCH_OVERLOAD=1; it prints a markdown table per phase. `make
+// bench` at the repository root runs all of the above and writes
+// bench-out/; RESULTS.md records a run.
+//
 // # Side effects of the peers
 //
 // Linking go-zero's load package and Kratos's bbr package starts
