@@ -2,15 +2,11 @@ package bench
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/internal/testpb"
@@ -83,25 +79,9 @@ func failsafeOptions(*testing.B) ([]grpc.ServerOption, []grpc.DialOption) {
 // returns a client of it, and a function that closes both.
 func bufconnService(b *testing.B, sopts []grpc.ServerOption, dopts []grpc.DialOption) (testpb.TestServiceClient, func()) {
 	b.Helper()
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(sopts...)
-	testpb.RegisterTestServiceServer(srv, &testpb.Service{})
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Serve(lis) })
-	dopts = append(dopts,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return lis.DialContext(ctx)
-		}))
-	conn, err := grpc.NewClient("passthrough:///bufconn", dopts...)
+	client, stop, err := testpb.ServeBufconn(&testpb.Service{}, sopts, dopts)
 	if err != nil {
-		srv.Stop()
-		wg.Wait()
 		b.Fatal(err)
 	}
-	return testpb.NewTestServiceClient(conn), func() {
-		_ = conn.Close()
-		srv.Stop()
-		wg.Wait()
-	}
+	return client, stop
 }

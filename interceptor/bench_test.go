@@ -2,14 +2,10 @@ package interceptor
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sluice-go/sluice/internal/testpb"
 )
@@ -24,7 +20,7 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 	}{{"bare", false}, {"sluice", true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			var sopts []grpc.ServerOption
-			dopts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+			var dopts []grpc.DialOption
 			if bc.sluice {
 				s, err := ServerOptions()
 				require.NoError(b, err)
@@ -48,19 +44,8 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 }
 
 func bufconnService(b *testing.B, sopts []grpc.ServerOption, dopts []grpc.DialOption) (testpb.TestServiceClient, func()) {
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(sopts...)
-	testpb.RegisterTestServiceServer(srv, &testpb.Service{})
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Serve(lis) })
-	dopts = append(dopts, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-		return lis.DialContext(ctx)
-	}))
-	conn, err := grpc.NewClient("passthrough:///bufconn", dopts...)
+	b.Helper()
+	client, stop, err := testpb.ServeBufconn(&testpb.Service{}, sopts, dopts)
 	require.NoError(b, err)
-	return testpb.NewTestServiceClient(conn), func() {
-		_ = conn.Close()
-		srv.Stop()
-		wg.Wait()
-	}
+	return client, stop
 }
