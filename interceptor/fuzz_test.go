@@ -70,3 +70,30 @@ func FuzzParsePushback(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseConfig checks that any bytes given as a config file are either
+// refused with an error or give options that NewServer accepts.
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{
+		`{}`,
+		`{"default": {"aimd": {"backoff_ratio": 0.8}}}`,
+		`{"methods": [{"name": [{"service": "a.B", "method": "C"}], "limit": {"fixed": {"limit": 4}}}]}`,
+		`{"methods": [{"name": [{"service": ""}], "limit": {"exempt": true}}]}`,
+		`{"default": {"queue": {"target": "0.05s"}, "rate_limit": {"per_second": 10}}}`,
+		`{"default": {"aimdd": {}}}`,
+		`[`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		opts, err := ParseConfig(data)
+		if err != nil {
+			return
+		}
+		s, err := NewServer(opts...)
+		if err != nil {
+			t.Fatalf("config %q was accepted but NewServer refused it: %v", data, err)
+		}
+		_ = s.Close()
+	})
+}
