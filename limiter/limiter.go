@@ -33,7 +33,7 @@ type Limiter struct {
 	epoch    time.Time // origin of the monotonic readings in Tokens
 
 	mu     sync.Mutex // serializes limit changes and guards the fields below
-	waitq  waitList
+	waitq  waitList[waiter, *waiter]
 	pinned bool // the limit is held by Pin, not by the Algorithm
 }
 
@@ -380,51 +380,8 @@ func (t *Token) Held() bool { return t.l != nil }
 
 // waiter is a caller parked in Acquire.
 type waiter struct {
-	ready      chan struct{} // closed when woken
-	woken      bool          // guarded by Limiter.mu
-	err        error         // nil with a permit, else the rejection
-	prev, next *waiter
-}
-
-// waitList is an intrusive doubly linked list of waiters, so that a caller
-// whose context ends can leave from the middle in O(1).
-type waitList struct {
-	head, tail *waiter
-}
-
-func (q *waitList) push(w *waiter) {
-	w.prev = q.tail
-	if q.tail != nil {
-		q.tail.next = w
-	} else {
-		q.head = w
-	}
-	q.tail = w
-}
-
-// pop removes the oldest waiter, or the newest when lifo, and returns nil
-// when the list is empty.
-func (q *waitList) pop(lifo bool) *waiter {
-	w := q.head
-	if lifo {
-		w = q.tail
-	}
-	if w != nil {
-		q.remove(w)
-	}
-	return w
-}
-
-func (q *waitList) remove(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		q.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		q.tail = w.prev
-	}
-	w.prev, w.next = nil, nil
+	ready chan struct{} // closed when woken
+	woken bool          // guarded by Limiter.mu
+	err   error         // nil with a permit, else the rejection
+	links[waiter]
 }

@@ -79,7 +79,7 @@ type TokenBucket struct {
 	eps      float64 // epsilonFor(rate)
 	tokens   float64 // tokens at time last, in [0, capacity]
 	last     int64   // the latest reading, never decreases
-	waitq    tbWaitList
+	waitq    waitList[tbWaiter, *tbWaiter]
 	nwait    int // len(waitq)
 }
 
@@ -402,36 +402,6 @@ func (b *TokenBucket) String() string {
 
 // tbWaiter is a caller parked in TokenBucket.Wait.
 type tbWaiter struct {
-	wake       chan struct{} // buffered: a nudge is never lost nor blocks
-	prev, next *tbWaiter
-}
-
-// tbWaitList is an intrusive FIFO list of waiters, so that a waiter whose
-// context ends leaves from the middle in O(1).
-type tbWaitList struct {
-	head, tail *tbWaiter
-}
-
-func (q *tbWaitList) push(w *tbWaiter) {
-	w.prev = q.tail
-	if q.tail != nil {
-		q.tail.next = w
-	} else {
-		q.head = w
-	}
-	q.tail = w
-}
-
-func (q *tbWaitList) remove(w *tbWaiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		q.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		q.tail = w.prev
-	}
-	w.prev, w.next = nil, nil
+	wake chan struct{} // buffered: a nudge is never lost nor blocks
+	links[tbWaiter]
 }
