@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,19 +11,18 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/internal/backend"
 	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/overload"
 	"github.com/sluice-go/sluice/internal/testpb"
 )
 
@@ -254,16 +252,7 @@ func runOverload(ctx context.Context, p protection, phases []overloadPhase) (ove
 	defer done()
 
 	srv := grpc.NewServer(sopts...)
-	testpb.RegisterTestServiceServer(srv, &testpb.Service{
-		UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
-			// A context error goes back as is: grpc-go sends it with
-			// its code, and every peer's classification sees it.
-			if err := be.Do(ctx); err != nil {
-				return nil, err
-			}
-			return &testpb.UnaryResponse{}, nil
-		},
-	})
+	testpb.RegisterTestServiceServer(srv, overload.Service(be))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return overloadRun{}, err
@@ -280,7 +269,7 @@ func runOverload(ctx context.Context, p protection, phases []overloadPhase) (ove
 		return overloadRun{}, err
 	}
 	defer conn.Close()
-	if err := connect(ctx, conn); err != nil {
+	if err := overload.Connect(ctx, conn); err != nil {
 		return overloadRun{}, err
 	}
 	client := testpb.NewTestServiceClient(conn)
@@ -305,7 +294,7 @@ func runOverload(ctx context.Context, p protection, phases []overloadPhase) (ove
 		bg.Go(func() { limits = sampleLimit(start, limit, stop) })
 	}
 	bg.Go(func() { maxLag = watchLag(stop) })
-	cpu0 := processCPU()
+	cpu0 := overload.ProcessCPU()
 	rep, err := loadgen.Run(ctx, loadgen.Config{
 		Phases:   lp,
 		Deadline: overloadDeadline,
@@ -314,42 +303,15 @@ func runOverload(ctx context.Context, p protection, phases []overloadPhase) (ove
 			_, err := client.Unary(ctx, &testpb.UnaryRequest{})
 			return err
 		},
-		Classify: classifyStatus,
+		Classify: overload.Classify,
 	})
-	cpu := processCPU() - cpu0
+	cpu := overload.ProcessCPU() - cpu0
 	close(stop)
 	bg.Wait()
 	if err != nil {
 		return overloadRun{}, err
 	}
 	return overloadRun{name: p.name, report: rep, limits: limits, cpu: cpu, maxLag: maxLag, elapsed: time.Since(start)}, nil
-}
-
-// classifyStatus maps a call's gRPC status to a loadgen Result.
-func classifyStatus(err error) loadgen.Result {
-	switch status.Code(err) {
-	case codes.OK:
-		return loadgen.OK
-	case codes.ResourceExhausted:
-		return loadgen.Rejected
-	case codes.DeadlineExceeded:
-		return loadgen.DeadlineExceeded
-	}
-	return loadgen.Failed
-}
-
-// connect waits until conn is ready, so that no call of the run pays for
-// the connection.
-func connect(ctx context.Context, conn *grpc.ClientConn) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn.Connect()
-	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
-		if !conn.WaitForStateChange(ctx, s) {
-			return errors.New("could not connect to the local gRPC server")
-		}
-	}
-	return nil
 }
 
 // sampleLimit records limit every 100 ms until stop is closed.
@@ -386,15 +348,6 @@ func watchLag(stop <-chan struct{}) time.Duration {
 			worst = max(worst, now.Sub(t0)-every)
 		}
 	}
-}
-
-// processCPU returns the user and system CPU time of the process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // writeOverloadReport writes the settings, one table per phase and one of

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,14 +11,12 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/internal/backend"
 	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/overload"
 	"github.com/sluice-go/sluice/internal/testpb"
 )
 
@@ -130,14 +127,7 @@ func runProfile(ctx context.Context, name string, protected bool, o options, pha
 	}
 
 	gs := grpc.NewServer(srvOpts...)
-	testpb.RegisterTestServiceServer(gs, &testpb.Service{
-		UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
-			if err := be.Do(ctx); err != nil {
-				return nil, status.FromContextError(err).Err()
-			}
-			return &testpb.UnaryResponse{}, nil
-		},
-	})
+	testpb.RegisterTestServiceServer(gs, overload.Service(be))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -154,7 +144,7 @@ func runProfile(ctx context.Context, name string, protected bool, o options, pha
 		return nil, err
 	}
 	defer conn.Close()
-	if err := waitReady(ctx, conn); err != nil {
+	if err := overload.Connect(ctx, conn); err != nil {
 		return nil, err
 	}
 	client := testpb.NewTestServiceClient(conn)
@@ -229,7 +219,7 @@ func runProfile(ctx context.Context, name string, protected bool, o options, pha
 
 	load0 := loadAverage()
 	lags := startLagMonitor(start)
-	cpu0 := processCPU()
+	cpu0 := overload.ProcessCPU()
 	rep, err := loadgen.Run(ctx, loadgen.Config{
 		Phases:   lp,
 		Deadline: o.deadline(),
@@ -237,11 +227,11 @@ func runProfile(ctx context.Context, name string, protected bool, o options, pha
 			_, err := client.Unary(ctx, &testpb.UnaryRequest{})
 			return err
 		},
-		Classify: classify,
+		Classify: overload.Classify,
 		Seed:     o.Seed,
 		Tick:     tick,
 	})
-	cpu := processCPU() - cpu0
+	cpu := overload.ProcessCPU() - cpu0
 	lagPerSecond := lags.Stop()
 	close(stopSampling)
 	swg.Wait()
@@ -253,36 +243,6 @@ func runProfile(ctx context.Context, name string, protected bool, o options, pha
 	}
 	return &runResult{Name: name, Sluice: protected, Report: rep, Samples: samples, CPU: cpu, Wall: rep.Duration,
 		Lags: lagPerSecond, Load: [2]string{load0, loadAverage()}}, nil
-}
-
-// classify maps a call's gRPC status to a loadgen Result.
-func classify(err error) loadgen.Result {
-	switch status.Code(err) {
-	case codes.OK:
-		return loadgen.OK
-	case codes.ResourceExhausted:
-		return loadgen.Rejected
-	case codes.DeadlineExceeded:
-		return loadgen.DeadlineExceeded
-	}
-	return loadgen.Failed
-}
-
-// waitReady connects conn before the load starts, so that the first calls
-// do not pay for the connection.
-func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn.Connect()
-	for {
-		s := conn.GetState()
-		if s == connectivity.Ready {
-			return nil
-		}
-		if !conn.WaitForStateChange(ctx, s) {
-			return errors.New("could not connect to the demo's own gRPC server")
-		}
-	}
 }
 
 // machine describes where the demo ran, for the report.

@@ -1,0 +1,53 @@
+package overload
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/backend"
+	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/testpb"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		err  error
+		want loadgen.Result
+	}{
+		{nil, loadgen.OK},
+		{status.Error(codes.ResourceExhausted, "shed"), loadgen.Rejected},
+		{status.Error(codes.DeadlineExceeded, "late"), loadgen.DeadlineExceeded},
+		{status.Error(codes.Unavailable, "down"), loadgen.Failed},
+		{errors.New("plain"), loadgen.Failed},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, Classify(tt.err), "%v", tt.err)
+	}
+}
+
+func TestServiceOverBufconn(t *testing.T) {
+	be, err := backend.New("fifo", 1, time.Millisecond, backend.Constant)
+	require.NoError(t, err)
+	client, stop, err := testpb.ServeBufconn(Service(be), nil, nil)
+	require.NoError(t, err)
+	defer stop()
+	_, err = client.Unary(context.Background(), &testpb.UnaryRequest{})
+	assert.Equal(t, loadgen.OK, Classify(err))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = client.Unary(ctx, &testpb.UnaryRequest{})
+	assert.Equal(t, codes.Canceled, status.Code(err))
+}
