@@ -66,8 +66,16 @@ const (
 	// probeCalm is how many round trips without a drop must precede a
 	// probe, so that no probe measures a limit still coming down.
 	probeCalm = 3
-	// baselineWeight is the weight of a new measurement in the baseline.
-	baselineWeight = 0.5
+	// fullFraction of the limit is the most calls in flight at which a
+	// round trip counts as having filled the limit: a limit that grew
+	// during the round trip is not reached by the calls it admitted.
+	fullFraction = 0.85
+	// smoothWeight is the weight of a round trip's mean RTT in the moving
+	// average whose minimum is the baseline.
+	smoothWeight = 1.0 / 8
+	// smoothWarmup is how many round trips the average needs before its
+	// minimum is trusted.
+	smoothWarmup = 8
 	// cvWeight is the weight of a round trip's RTT variability in the
 	// running estimate that sizes the next round trips.
 	cvWeight = 0.1
@@ -127,51 +135,31 @@ func (c AIMDConfig) Validate() error {
 //     the limit stays meaningful after a quiet period;
 //   - Ignored samples change nothing.
 //
-// The limit is kept as a float, so repeated backoffs decay smoothly
-// (10, 9, 8.1, 7.29, ...); Limit reports its integer part.
+// The limit is kept as a float; Limit reports its integer part.
 //
-// # Round trips
+// Unless PerCall is set, the rule is applied once per round trip (see
+// Windowed), to its calls taken together, so that it never acts twice on
+// the same congestion. A late round trip, or one whose calls were all
+// dropped, backs off by BackoffRatio; a round trip with some drops backs
+// off in proportion to their share and still grows by one (DCTCP's rule),
+// so a steady trickle of refusals that are not overload costs little.
+// Slow start grows by one per loaded success until the first late call or
+// drop. A round trip that filled the limit without a queue grows it by an
+// eighth, so a doubled capacity is found in a few round trips. Untimed
+// samples (Token.ReleaseUntimed) apply the rule call by call: a drop backs
+// off and ends slow start; a loaded success adds 1/limit.
 //
-// Unless PerCall is set, the rule is applied once per round trip, to the
-// calls of that round trip taken together (see Windowed for how a round
-// trip is delimited): a drop among them backs off once, and a round trip
-// without drops grows the limit by one. This is congestion avoidance as in
-// TCP: the limit moves by one step per round trip, so it never acts twice
-// on the same congestion. Until the first backoff, each loaded success
-// grows the limit by one (slow start), so a new limiter finds a large
-// capacity in a few round trips; slow start ends at the first call slower
-// than the threshold. With the adaptive threshold, a loaded round trip
-// whose mean RTT stays within 10% of the baseline grows the limit by an
-// eighth instead of by one: the downstream has room, for example because
-// its capacity just doubled, and a large limit catches up in a few round
-// trips instead of hundreds.
-//
-// # Adaptive threshold
-//
-// With Timeout zero, a round trip counts as a drop when its mean RTT
-// exceeds 1.3 times a baseline: the mean RTT of calls that met no queue.
-// The baseline is measured on whole round trips, never on single calls, so
-// that service times that vary from call to call do not bias it:
-//
-//   - a round trip whose calls were all admitted with no more than two
-//     thirds of the limit in flight met no queue of our making, and its
-//     mean RTT updates the baseline; light load provides these all the
-//     time;
-//   - under sustained overload every call is admitted at the limit, so when
-//     the baseline has not been updated for 5 s and the limit has been
-//     steady for 3 round trips, AIMD probes, in the manner of BBR's
-//     ProbeRTT: it lowers the limit to two thirds until as many calls
-//     admitted under it have returned as a round trip needs, restores the
-//     limit, and takes the mean RTT of all the calls it admitted, waiting
-//     four baselines for the slow ones so as not to measure the fast
-//     ones only.
-//     Near the operating point that leaves the downstream about 90% busy
-//     for a round trip or two.
-//
-// The noisier the RTT, the more samples a round trip needs before its mean
-// can be compared with the baseline: enough for three standard errors to
-// stay inside the 30% tolerance, from 10 for steady service times up to
-// 256.
+// With Timeout zero (the default), a round trip is late when its mean RTT
+// exceeds 1.3 × a baseline, the RTT without a queue: the minimum of a
+// moving average of round trips' mean RTTs. Queueing makes round trips
+// slower, so it cannot raise the baseline. When no round trip has come
+// within 10 % of the baseline for 5 s (sustained load), a probe lowers the
+// limit to two thirds for a round trip and measures the calls it admits
+// (BBR's ProbeRTT); a probe that reads higher than that while the limit is
+// steady met a queue and is discarded. The noisier the RTT, the more calls
+// a round trip needs: enough for three standard errors of its mean to stay
+// inside the 30 % tolerance, from 10 up to 256. docs/design.md gives the
+// reasoning and the measurements.
 type AIMD struct {
 	cfg AIMDConfig
 
@@ -189,6 +177,11 @@ type AIMD struct {
 type baseline struct {
 	rtt     time.Duration // 0 until the first measurement
 	updated time.Time
+	// smooth is a moving average of round trips' mean RTTs: the minimum
+	// is taken of it, not of single round trips, whose noise would bias
+	// a minimum low.
+	smooth time.Duration
+	offers int // round trips the average has seen, up to smoothWarmup
 
 	// A probe admits calls under a lowered limit from probeFrom until
 	// enough of them have returned (probing), then restores the limit and
@@ -202,15 +195,36 @@ type baseline struct {
 	collectUntil time.Time
 	probeN       int
 	probeSum     time.Duration
+	steady       bool // the limit was steady when the probe started
 }
 
-func (b *baseline) update(rtt time.Duration, at time.Time) {
-	if b.rtt == 0 {
-		b.rtt = rtt
+// offer shows the baseline a round trip's mean RTT. The baseline is the
+// lowest mean seen: a round trip that met a queue is slower, so queueing
+// can never raise it. A mean within spareTolerance of the baseline confirms
+// it (the no-load RTT is still what it was); one lower replaces it. Only a
+// probe, once the baseline has gone unconfirmed for probeInterval, can
+// raise it.
+func (b *baseline) offer(rtt time.Duration, at time.Time) {
+	if b.smooth == 0 {
+		b.smooth = rtt
 	} else {
-		b.rtt += time.Duration(baselineWeight * float64(rtt-b.rtt))
+		b.smooth += time.Duration(smoothWeight * float64(rtt-b.smooth))
 	}
-	b.updated = at
+	rtt = b.smooth
+	if b.offers < smoothWarmup {
+		// The first round trips of a limiter are the shortest calls of
+		// the first burst: until the average holds several, it is the
+		// baseline, up or down.
+		b.offers++
+		b.rtt, b.updated = rtt, at
+		return
+	}
+	switch {
+	case rtt < b.rtt:
+		b.rtt, b.updated = rtt, at
+	case float64(rtt) <= spareTolerance*float64(b.rtt):
+		b.updated = at
+	}
 }
 
 // NewAIMD returns an AIMD configured by c, or an error naming every field
@@ -288,13 +302,7 @@ func (a *AIMD) Update(s Sample) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s.RTT < 0 {
-		// An untimed call (a stream) carries only its outcome: apply the
-		// per-call rule, keeping it out of the RTT windows and baseline.
-		if s.Outcome == Dropped {
-			a.limit = max(a.limit*a.cfg.BackoffRatio, float64(a.cfg.MinLimit))
-		} else if a.loaded(s) {
-			a.grow()
-		}
+		a.untimedLocked(s)
 		return a.limitLocked()
 	}
 	if !a.adaptive() && s.Outcome == Success && s.RTT > a.cfg.Timeout {
@@ -305,7 +313,7 @@ func (a *AIMD) Update(s Sample) int {
 	}
 	switch {
 	case a.cfg.PerCall:
-		a.ruleLocked(s)
+		a.ruleLocked(s, 1)
 	case a.slowStart && s.Outcome == Success:
 		// Slow start ends at the first late call, as in TCP's HyStart,
 		// rather than a round trip later when the window closes.
@@ -317,43 +325,80 @@ func (a *AIMD) Update(s Sample) int {
 	}
 	if a.win.add(s, a.need) {
 		a.observeCVLocked(a.win.cv())
-		// Only a round trip that met no queue of ours, and that is big
-		// enough for the variability just measured, may move the baseline.
-		light := a.win.maxIn <= a.probeLimitLocked() && a.win.nOK >= a.need
+		// A round trip with enough successes for the variability just
+		// measured may lower the baseline (see baseline.offer).
+		measured := a.win.nOK >= a.need
+		share := a.win.dropFraction()
 		agg := a.win.close(s.At)
 		if !a.cfg.PerCall {
-			a.ruleLocked(agg)
+			a.ruleLocked(agg, share)
 		}
-		if a.adaptive() && light && agg.Outcome == Success && agg.RTT > 0 && !a.base.probing && !a.base.collecting {
-			a.base.update(agg.RTT, agg.At)
+		if a.adaptive() && measured && agg.RTT > 0 && !a.base.probing && !a.base.collecting {
+			a.base.offer(agg.RTT, agg.At)
 		}
 		a.maybeProbeLocked(s.At)
 	}
 	return a.limitLocked()
 }
 
-// ruleLocked applies the AIMD rule to one sample: a call, or a round trip.
-func (a *AIMD) ruleLocked(s Sample) {
-	if s.Outcome == Dropped || a.lateLocked(s) {
-		a.limit = max(a.limit*a.cfg.BackoffRatio, float64(a.cfg.MinLimit))
-		a.slowStart = false
-		a.calm = 0
+// untimedLocked applies a sample without an RTT (a stream, or a permit a
+// client held through a pushback) call by call: a drop backs off and ends
+// slow start, exactly like a timed one; a loaded success grows the limit by
+// 1/limit, one step per limit's worth of successes, which is what a round
+// trip of them would add, or by one during slow start.
+func (a *AIMD) untimedLocked(s Sample) {
+	if s.Outcome == Dropped {
+		a.backoffLocked(a.cfg.BackoffRatio)
 		return
 	}
-	a.calm++
+	if !a.loaded(s) {
+		return
+	}
+	if a.slowStart {
+		a.grow()
+		return
+	}
+	a.limit = min(a.limit+1/a.limit, float64(a.cfg.MaxLimit))
+}
+
+// ruleLocked applies the AIMD rule to one sample: a call, or a round trip
+// of which share was dropped. A late round trip, a round trip of drops
+// only, or a dropped or late call, backs off by BackoffRatio. A round trip
+// with some drops backs off in proportion to their share, as DCTCP does
+// with marked packets, and still grows by one like any other round trip,
+// so that a trickle of refusals that are not overload costs little: the
+// limit settles where the two balance, limit × share × (1 − BackoffRatio)
+// = 1, far above any load that a trickle leaves.
+func (a *AIMD) ruleLocked(s Sample, share float64) {
+	if a.lateLocked(s) || (s.Outcome == Dropped && (share >= 1 || a.cfg.PerCall)) {
+		a.backoffLocked(a.cfg.BackoffRatio)
+		return
+	}
+	if s.Outcome == Dropped {
+		a.backoffLocked(1 - share*(1-a.cfg.BackoffRatio))
+	} else {
+		a.calm++
+	}
 	if a.slowStart || !a.loaded(s) {
 		return
 	}
-	// A loaded round trip that met no queue shows spare capacity, e.g.
-	// the downstream just doubled: grow by an eighth rather than by one,
-	// so a large limit catches up in a few round trips. The step is small
-	// enough that the queue it may cause shows in the next round trip.
-	if a.adaptive() && !a.cfg.PerCall && a.base.rtt > 0 &&
-		float64(s.RTT) <= spareTolerance*float64(a.base.rtt) {
+	// A round trip that filled the limit and met no queue shows spare
+	// capacity, e.g. the downstream just doubled: grow by an eighth rather
+	// than by one, so a large limit catches up in a few round trips. The
+	// step is small enough that the queue it may cause shows in the next
+	// round trip.
+	if a.adaptive() && !a.cfg.PerCall && s.Outcome == Success && a.base.rtt > 0 &&
+		float64(s.Inflight) >= fullFraction*a.limit && float64(s.RTT) <= spareTolerance*float64(a.base.rtt) {
 		a.limit = min(a.limit+max(1, a.limit/8), float64(a.cfg.MaxLimit))
 		return
 	}
 	a.grow()
+}
+
+func (a *AIMD) backoffLocked(ratio float64) {
+	a.limit = max(a.limit*ratio, float64(a.cfg.MinLimit))
+	a.slowStart = false
+	a.calm = 0
 }
 
 func (a *AIMD) loaded(s Sample) bool { return float64(s.Inflight*2) >= a.limit }
@@ -369,17 +414,22 @@ func (a *AIMD) lateLocked(s Sample) bool {
 	return float64(s.RTT) > adaptiveTolerance*float64(a.base.rtt)
 }
 
-// maybeProbeLocked starts a probe when the baseline is stale and the limit
-// has been steady.
+// maybeProbeLocked starts a probe when the baseline has not been confirmed
+// for probeInterval and the limit has been steady, or for twice as long
+// whatever the limit does: a downstream that became slower for good keeps
+// every round trip late, so the limit is never steady, and only a probe
+// can learn its new RTT.
 func (a *AIMD) maybeProbeLocked(now time.Time) {
 	b := &a.base
-	if !a.adaptive() || b.probing || b.collecting || a.calm < probeCalm {
+	if !a.adaptive() || b.probing || b.collecting {
 		return
 	}
-	if b.rtt != 0 && now.Sub(b.updated) < probeInterval {
+	age := now.Sub(b.updated)
+	if b.rtt != 0 && (age < probeInterval || (a.calm < probeCalm && age < 2*probeInterval)) {
 		return
 	}
-	*b = baseline{rtt: b.rtt, updated: b.updated, probing: true, probeFrom: now}
+	*b = baseline{rtt: b.rtt, updated: b.updated, smooth: b.smooth, offers: b.offers,
+		probing: true, probeFrom: now, steady: a.calm >= probeCalm}
 }
 
 // probeCollectFactor × the baseline is how long a probe keeps collecting
@@ -407,7 +457,21 @@ func (a *AIMD) probeLocked(s Sample) {
 		a.win = window{open: s.At}
 	case b.collecting && !s.At.Before(b.collectUntil):
 		b.collecting = false
-		b.update(b.probeSum/time.Duration(b.probeN), s.At)
+		m := b.probeSum / time.Duration(b.probeN)
+		// The old minimum has expired. A measurement within
+		// spareTolerance of it replaces it, up or down. One above that
+		// while the limit is steady met a queue (the limit is above the
+		// downstream's capacity by more than the probe lowered it): it
+		// only confirms the old baseline, which must not creep up. While
+		// the limit keeps falling, every round trip is late: the
+		// downstream itself has slowed, and the probe, at the lowest
+		// in-flight count of the recent past, measures its new RTT.
+		// (A measurement below it is one noisy round trip; round trips
+		// lower the minimum by themselves, through the average.)
+		if (m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt)) || !b.steady {
+			b.rtt, b.smooth = m, m
+		}
+		b.updated = s.At
 	}
 }
 

@@ -179,7 +179,39 @@ func TestAIMDRoundTrips(t *testing.T) {
 	at = at.Add(10 * ms)
 	old := roundTrip(at.Add(-50*ms), 55*ms, 30, 28, Dropped)
 	assert.Equal(t, 28, feed(a, old), "calls that started before the round trip opened")
-	assert.Equal(t, 25, feed(a, roundTrip(at, 10*ms, 1, 28, Success)), "the first call of its own closes it, with the drops") // 28 × 0.9
+	// The first call of its own closes it, with the drops: 30 of its 31
+	// calls were dropped, so it backs off by 30/31 of 10 % and, like any
+	// round trip that is not late, grows by one: 28 × 0.903 + 1 = 26.3.
+	assert.Equal(t, 26, feed(a, roundTrip(at, 10*ms, 1, 28, Success)))
+}
+
+// TestAIMDDropShare checks DCTCP's rule: a round trip backs off in
+// proportion to the share of its calls that were dropped.
+func TestAIMDDropShare(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name  string
+		drops int // of 10 calls
+		want  float64
+	}{
+		{"none: one step up", 0, 41},
+		{"one: 1 % down, one step up", 1, 40*(1-0.1*0.1) + 1},
+		{"half: 5 % down, one step up", 5, 40*(1-0.5*0.1) + 1},
+		{"all: BackoffRatio, no step up", 10, 40 * 0.9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAIMD(AIMDConfig{InitialLimit: 40, Timeout: time.Second})
+			require.NoError(t, err)
+			a.slowStart = false
+			trip := roundTrip(t0, 10*ms, 10, 40, Success)
+			for i := range tt.drops {
+				trip[i].Outcome = Dropped
+			}
+			feed(a, trip)
+			assert.InDelta(t, tt.want, a.limit, 1e-9)
+		})
+	}
 }
 
 // TestAIMDAdaptive walks the adaptive threshold through its states with a
@@ -197,7 +229,9 @@ func TestAIMDAdaptive(t *testing.T) {
 
 	// Light load: round trips at low in-flight learn the baseline and
 	// do not grow the limit.
-	assert.Equal(t, 30, trip(10*ms, 5))
+	for range smoothWarmup {
+		assert.Equal(t, 30, trip(10*ms, 5))
+	}
 	assert.Equal(t, 10*ms, a.base.rtt)
 
 	// Loaded, no queue: slow start grows per call, then a late call
@@ -207,38 +241,74 @@ func TestAIMDAdaptive(t *testing.T) {
 	assert.Equal(t, 36, trip(14*ms, 40)) // 40 × 0.9
 	assert.False(t, a.slowStart)
 
-	// Queueing within the tolerance: one step per round trip.
+	// Queueing within the tolerance: one step per round trip, and the
+	// baseline does not move however long it lasts.
 	assert.Equal(t, 37, trip(12*ms, 36))
 	assert.Equal(t, 38, trip(12*ms, 37))
-
-	// Loaded and no queue at all: spare capacity, grow by an eighth.
-	assert.Equal(t, 42, trip(10*ms, 38)) // 38 + 38/8 = 42.75
-
-	// Sustained load at the limit never measures the no-load RTT, so
-	// after 5 s of steady round trips AIMD probes at two thirds.
-	learned := a.base.updated
-	for !a.base.probing {
-		trip(12*ms, a.Limit())
+	for range 100 {
+		trip(12*ms, 20)
 	}
-	assert.InDelta(t, probeInterval, at.Sub(learned), float64(12*ms), "probe starts once the baseline is 5 s old")
-	steady := int(a.limit)
-	assert.Equal(t, int(probeFraction*a.limit), a.Limit(), "probing at two thirds")
+	assert.Equal(t, 10*ms, a.base.rtt, "queued round trips cannot raise the baseline")
 
-	// Calls admitted under the probe limit met no queue: 11 ms. Once a
-	// round trip's worth is back, the limit is restored...
-	probeStart := at
-	feed(a, roundTrip(probeStart, 11*ms, DefaultWindowMinSamples, a.Limit(), Success))
-	assert.False(t, a.base.probing)
-	assert.Equal(t, steady, a.Limit(), "limit restored")
-	// ... and the probe keeps collecting its slow calls for 4 baselines
-	// before it moves the baseline halfway to their mean.
-	feed(a, []Sample{{RTT: 20 * ms, Inflight: 5, Outcome: Success, At: probeStart.Add(20 * ms)}})
-	assert.Equal(t, 10*ms, a.base.rtt, "still collecting")
-	feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Ignored, At: probeStart.Add(60 * ms)}})
-	assert.Equal(t, 10*ms, a.base.rtt, "ignored samples do not advance the probe")
-	feed(a, []Sample{{RTT: ms, Inflight: steady, Outcome: Success, At: probeStart.Add(60 * ms)}})
-	probeMean := (10*11*ms + 20*ms) / 11
-	assert.Equal(t, 10*ms+(probeMean-10*ms)/2, a.base.rtt)
+	// A round trip that filled the limit without a queue shows spare
+	// capacity: grow by an eighth.
+	before := a.limit
+	trip(10*ms, a.Limit())
+	assert.InDelta(t, before+before/8, a.limit, 1e-9)
+}
+
+// TestAIMDProbe checks how a probe refreshes a baseline that sustained
+// load has left unconfirmed.
+func TestAIMDProbe(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name  string
+		load  time.Duration // the RTT of the loaded round trips before the probe
+		probe time.Duration // what the probe's calls take
+		want  time.Duration // the baseline after it
+	}{
+		{"slightly slower: follows", 12 * ms, 11 * ms, 11 * ms},
+		{"met a queue: the baseline stays", 12 * ms, 20 * ms, 10 * ms},
+		{"faster: left to the round trips", 12 * ms, 8 * ms, 10 * ms},
+		{"downstream slowed for good: learned", 30 * ms, 30 * ms, 30 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAIMD(AIMDConfig{InitialLimit: 30, MinLimit: 10})
+			require.NoError(t, err)
+			at := t0
+			trip := func(rtt time.Duration, inflight int) {
+				feed(a, roundTrip(at, rtt, DefaultWindowMinSamples, inflight, Success))
+				at = at.Add(rtt)
+			}
+			for range smoothWarmup {
+				trip(10*ms, 5)
+			}
+			learned := at
+			for !a.base.probing {
+				trip(tt.load, a.Limit())
+			}
+			wait := probeInterval
+			if tt.load > 13*ms { // every round trip late: never steady
+				wait = 2 * probeInterval
+			}
+			assert.InDelta(t, wait, at.Sub(learned), float64(10*tt.load), "probe starts once the baseline is unconfirmed for long enough")
+			steady := int(a.limit)
+			assert.Equal(t, max(10, int(probeFraction*a.limit)), a.Limit(), "probing at two thirds")
+
+			// Once a round trip's worth of calls admitted under the
+			// probe limit is back, the limit is restored, and the probe
+			// collects its slower calls for 4 baselines.
+			feed(a, roundTrip(at, tt.probe, DefaultWindowMinSamples, a.Limit(), Success))
+			assert.False(t, a.base.probing)
+			assert.Equal(t, steady, a.Limit(), "limit restored")
+			feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Ignored, At: at.Add(60 * ms)}})
+			assert.True(t, a.base.collecting, "ignored samples do not advance the probe")
+			feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Success, At: at.Add(200 * ms)}})
+			assert.False(t, a.base.collecting)
+			assert.Equal(t, tt.want, a.base.rtt)
+		})
+	}
 }
 
 func TestAIMDExplicitTimeoutNeverProbes(t *testing.T) {
@@ -272,26 +342,44 @@ func TestAIMDUntimed(t *testing.T) {
 	tests := []struct {
 		name    string
 		samples []Sample
-		want    []int
+		want    []float64
 	}{
-		{"loaded success grows by one", []Sample{call(UntimedRTT, 10, Success)}, []int{11}},
-		{"light success changes nothing", []Sample{call(UntimedRTT, 2, Success)}, []int{10}},
-		{"drop backs off", []Sample{call(UntimedRTT, 10, Dropped), call(UntimedRTT, 10, Dropped)}, []int{9, 8}},
-		{"ignored changes nothing", []Sample{call(UntimedRTT, 10, Ignored)}, []int{10}},
-		{"a drop is recovered by later successes",
+		{"loaded success in slow start grows by one", []Sample{call(UntimedRTT, 10, Success)}, []float64{11}},
+		{"light success changes nothing", []Sample{call(UntimedRTT, 2, Success)}, []float64{10}},
+		{"drop backs off", []Sample{call(UntimedRTT, 10, Dropped), call(UntimedRTT, 10, Dropped)}, []float64{9, 8.1}},
+		{"ignored changes nothing", []Sample{call(UntimedRTT, 10, Ignored)}, []float64{10}},
+		{"a drop ends slow start: successes then add one per limit's worth",
 			[]Sample{call(UntimedRTT, 10, Dropped), call(UntimedRTT, 9, Success), call(UntimedRTT, 9, Success)},
-			[]int{9, 10, 11}},
+			[]float64{9, 9 + 1.0/9, 9 + 1.0/9 + 1/(9+1.0/9)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, err := NewAIMD(AIMDConfig{InitialLimit: 10})
 			require.NoError(t, err)
-			var got []int
+			var got []float64
 			for _, s := range tt.samples {
-				got = append(got, a.Update(s))
+				a.Update(s)
+				got = append(got, a.limit)
 			}
-			assert.Equal(t, tt.want, got)
+			assert.InDeltaSlice(t, tt.want, got, 1e-9)
 			assert.Zero(t, a.base.rtt, "untimed samples must not set the baseline")
 		})
 	}
+}
+
+// TestAIMDUntimedPushback is the client that its server pushes back: ten
+// untimed drops, then ten loaded successes, must not leave the limit above
+// where it started.
+func TestAIMDUntimedPushback(t *testing.T) {
+	a, err := NewAIMD(AIMDConfig{})
+	require.NoError(t, err)
+	for range 10 {
+		a.Update(call(UntimedRTT, 20, Dropped))
+	}
+	assert.Equal(t, 6, a.Limit()) // 20 × 0.9^10
+	for range 10 {
+		a.Update(call(UntimedRTT, a.Limit(), Success))
+	}
+	assert.Less(t, a.Limit(), 20)
+	assert.Equal(t, 8, a.Limit())
 }

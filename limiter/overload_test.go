@@ -38,7 +38,9 @@ func TestDefaultsProtect(t *testing.T) {
 		{"fifo", 16, 20 * time.Millisecond, backend.Constant, 0.98, 2},
 		{"ps", 16, 20 * time.Millisecond, backend.Constant, 0.98, 2},
 		{"fifo", 100, 50 * time.Millisecond, backend.Constant, 0.98, 2},
-		{"ps", 4, time.Millisecond, backend.Constant, 0.97, 2.5},
+		// Four workers: the limit moves in steps of a quarter of the
+		// capacity, so its oscillation costs more goodput.
+		{"ps", 4, time.Millisecond, backend.Constant, 0.96, 2.5},
 		{"fifo", 16, 20 * time.Millisecond, backend.Uniform, 0.97, 2.5},
 		{"ps", 16, 20 * time.Millisecond, backend.Uniform, 0.97, 2.5},
 		// Exponential service times have a p99 of 4.6 service times on

@@ -10,14 +10,14 @@ import (
 // returned and at least minSamples samples are in. Used by AIMD and by
 // Windowed; not safe for concurrent use.
 type window struct {
-	open    time.Time // zero until the first sample
-	n       int       // Success and Dropped samples
-	nOK     int       // Success samples
-	sumRTT  time.Duration
-	sumSq   float64 // sum of squared RTTs of successes, in seconds²
-	dropped bool
-	maxIn   int
-	ready   bool // a call that started after open has returned
+	open   time.Time // zero until the first sample
+	n      int       // Success and Dropped samples
+	nOK    int       // Success samples
+	sumRTT time.Duration
+	sumSq  float64 // sum of squared RTTs of successes, in seconds²
+	drops  int     // Dropped samples
+	maxIn  int
+	ready  bool // a call that started after open has returned
 }
 
 // add records s, which must not be Ignored, and reports whether the window
@@ -28,7 +28,7 @@ func (w *window) add(s Sample, minSamples int) bool {
 	}
 	w.n++
 	if s.Outcome == Dropped {
-		w.dropped = true
+		w.drops++
 	} else {
 		w.nOK++
 		w.sumRTT += s.RTT
@@ -62,7 +62,7 @@ func (w *window) cv() float64 {
 //   - At is when the last sample ended.
 func (w *window) close(at time.Time) Sample {
 	agg := Sample{Outcome: Success, Inflight: w.maxIn, At: at}
-	if w.dropped {
+	if w.drops > 0 {
 		agg.Outcome = Dropped
 	}
 	if w.nOK > 0 {
@@ -70,4 +70,12 @@ func (w *window) close(at time.Time) Sample {
 	}
 	*w = window{open: at}
 	return agg
+}
+
+// dropFraction is the share of the window's samples that were dropped.
+func (w *window) dropFraction() float64 {
+	if w.n == 0 {
+		return 0
+	}
+	return float64(w.drops) / float64(w.n)
 }

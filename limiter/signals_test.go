@@ -1,0 +1,144 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/internal/backend"
+	"github.com/sluice-go/sluice/internal/loadgen"
+)
+
+// errQuota is a handler's own refusal: a per-caller quota, not overload.
+var errQuota = errors.New("quota")
+
+// A steadyCase is one load held for a while against a default Limiter: the
+// regression tests of the limit's three known failure modes (a runaway at
+// exactly full load, a trickle of refusals read as overload, noisy service
+// times read as queueing).
+type steadyCase struct {
+	name     string
+	kind     string
+	dist     backend.Dist
+	load     float64 // offered load, a multiple of C/S
+	refuse   int     // every refuse-th call is refused at once by the "handler"; 0 none
+	duration time.Duration
+
+	minGoodput  float64 // share of ideal
+	maxP99      float64 // in service times; 0 unchecked
+	maxRejected float64 // share of calls the limiter rejected; 1 unchecked
+	maxLimit    float64 // mean limit as a multiple of C; 0 unchecked
+}
+
+func TestLimitHolds(t *testing.T) {
+	const c, s = 16, 20 * time.Millisecond
+	cases := []steadyCase{
+		// Gap 1: at exactly full load the limit must not run away.
+		{name: "1x", kind: "fifo", load: 1, duration: 30 * time.Second,
+			minGoodput: 0.94, maxP99: 2, maxRejected: 1, maxLimit: 2},
+		{name: "1x", kind: "ps", load: 1, duration: 30 * time.Second,
+			minGoodput: 0.94, maxP99: 2, maxRejected: 1, maxLimit: 2},
+		{name: "0.8x", kind: "fifo", load: 0.8, duration: 20 * time.Second,
+			minGoodput: 0.99, maxRejected: 0.001},
+		// Gap 3: a trickle of refusals that are not overload (3 % of
+		// calls, every 33rd), with steady and with noisy service times.
+		{name: "quota", kind: "fifo", load: 0.7, refuse: 33, duration: 30 * time.Second,
+			minGoodput: 0.95, maxRejected: 0.005},
+		{name: "quota", kind: "fifo", dist: backend.Exponential, load: 0.7, refuse: 33, duration: 30 * time.Second,
+			minGoodput: 0.95, maxRejected: 0.005},
+		// Noisy service times at overload: the service time alone has a
+		// p99 of 4.6 S.
+		{name: "noisy 2x", kind: "fifo", dist: backend.Exponential, load: 2, duration: 20 * time.Second,
+			minGoodput: 0.96, maxP99: 5.5, maxRejected: 1},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s/%s/%v", tc.name, tc.kind, tc.dist), func(t *testing.T) {
+			if (testing.Short() || raceEnabled) && tc.name != "1x" {
+				t.Skip("make test runs the rest without -race")
+			}
+			synctest.Test(t, func(t *testing.T) { runSteady(t, tc, c, s) })
+		})
+	}
+}
+
+func runSteady(t *testing.T, tc steadyCase, c int, s time.Duration) {
+	be, err := backend.New(tc.kind, c, s, tc.dist)
+	require.NoError(t, err)
+	lim, err := New()
+	require.NoError(t, err)
+
+	// Warm up at half load, so the limit starts from what light load
+	// taught it, then hold the case's load.
+	rate := float64(c) / s.Seconds()
+	const warm = 3 * time.Second
+	phases := []loadgen.Phase{
+		{Name: "warm-up", Duration: warm, Rate: 0.5 * rate},
+		{Name: tc.name, Duration: tc.duration, Rate: tc.load * rate},
+	}
+	var n, refused atomic.Int64
+	var limitSum, limitN float64
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{
+		Phases:   phases,
+		Deadline: 10 * s,
+		Seed:     1,
+		Tick: func(loadgen.Window) {
+			limitSum += float64(lim.Limit())
+			limitN++
+		},
+		Call: func(ctx context.Context) error {
+			tok, err := lim.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			if tc.refuse > 0 && n.Add(1)%int64(tc.refuse) == 0 {
+				refused.Add(1)
+				tok.Release(Dropped)
+				return errQuota
+			}
+			err = be.Do(ctx)
+			outcome := Success
+			if errors.Is(err, context.DeadlineExceeded) {
+				outcome = Dropped
+			}
+			tok.Release(outcome)
+			return err
+		},
+		Classify: func(err error) loadgen.Result {
+			switch {
+			case err == nil:
+				return loadgen.OK
+			case errors.Is(err, ErrLimitExceeded):
+				return loadgen.Rejected
+			case errors.Is(err, context.DeadlineExceeded):
+				return loadgen.DeadlineExceeded
+			}
+			return loadgen.Failed
+		},
+	})
+	require.NoError(t, err)
+	assert.Zero(t, lim.Inflight(), "in flight after the run")
+
+	p := rep.Phase(1, 4*time.Second)
+	ideal := min(p.Offered, float64(c)/s.Seconds()) * (1 - float64(p.Failed)/float64(p.Calls))
+	goodput := p.Goodput / ideal
+	p99 := float64(p.P99) / float64(s)
+	rejected := float64(p.Rejected) / float64(p.Calls)
+	meanLimit := limitSum / max(limitN, 1) / float64(c)
+	t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, p50 %.2f S, rejected %.2f%%, refused %.2f%%, mean limit %.2f C",
+		100*goodput, p99, float64(p.P50)/float64(s), 100*rejected, 100*float64(p.Failed)/float64(p.Calls), meanLimit)
+	assert.GreaterOrEqual(t, goodput, tc.minGoodput, "goodput / ideal")
+	if tc.maxP99 > 0 {
+		assert.LessOrEqual(t, p99, tc.maxP99, "p99 in service times")
+	}
+	assert.LessOrEqual(t, rejected, tc.maxRejected, "share of calls rejected by the limiter")
+	if tc.maxLimit > 0 {
+		assert.LessOrEqual(t, meanLimit, tc.maxLimit, "mean limit in multiples of C")
+	}
+}
