@@ -22,7 +22,9 @@ type Result struct {
 	Err error
 	// Late reports that the call's deadline had passed when it finished
 	// (or the caller cancelled it just before): whatever the handler
-	// returned, the caller no longer waited for it.
+	// returned, the caller no longer waited for it. On a server, Late is
+	// set only when the server's own time caused it (see Server); other
+	// overruns are Ignored before any Classifier sees them.
 	Late bool
 	// Stream reports a streaming call.
 	Stream bool

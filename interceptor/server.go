@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -78,6 +79,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if r.gate == nil {
 		return handler(ctx, req)
 	}
+	arrived := time.Now()
 	tok, rej := s.admit(ctx, r)
 	if rej != nil {
 		if rej.pushback >= 0 {
@@ -95,7 +97,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}()
 	resp, err = handler(ctx, req)
 	done = true
-	s.finish(ctx, r, &tok, Result{FullMethod: info.FullMethod, Err: err, Late: late(ctx)})
+	s.finishServer(ctx, r, &tok, arrived, Result{FullMethod: info.FullMethod, Err: err})
 	return resp, err
 }
 
@@ -105,6 +107,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return handler(srv, ss)
 	}
 	ctx := ss.Context()
+	arrived := time.Now()
 	tok, rej := s.admit(ctx, r)
 	if rej != nil {
 		if rej.pushback >= 0 {
@@ -120,9 +123,33 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	}()
 	err := handler(srv, ss)
 	done = true
-	s.finish(ctx, r, &tok, Result{FullMethod: info.FullMethod, Err: err, Late: late(ctx), Stream: true})
+	s.finishServer(ctx, r, &tok, arrived, Result{FullMethod: info.FullMethod, Err: err, Stream: true})
 	return err
 }
+
+// finishServer releases a server call's permit. A call that ended after its
+// deadline is overload only when the server's own time made it late: the
+// time since it arrived (queue and handler) exceeded lateFactor × the RTT
+// the limiter has seen its calls take. Otherwise the caller chose a
+// deadline too short for the work, or already expired, and the call is
+// Ignored without consulting the Classifier: a caller must not be able to
+// lower the limit that every caller shares. Streams live as long as their
+// clients want, so their deadlines are never the server's doing.
+func (s *Server) finishServer(ctx context.Context, r *route, tok *limiter.Token, arrived time.Time, res Result) {
+	if late(ctx) {
+		learned := time.Duration(r.gate.rtt.Load())
+		if res.Stream || learned <= 0 || time.Since(arrived) <= lateFactor*learned {
+			s.release(ctx, r, tok, limiter.Ignored, !res.Stream)
+			return
+		}
+		res.Late = true
+	}
+	s.finish(ctx, r, tok, res)
+}
+
+// lateFactor × the moving average of a method's RTT is how long the server
+// must have held a call for its overrun deadline to count as overload.
+const lateFactor = 2
 
 // CheckRegistered reports the methods and services configured with
 // WithMethod or WithExempt that srv does not serve, typically a typo that

@@ -1,0 +1,117 @@
+package interceptor
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+
+	"github.com/sluice-go/sluice/internal/testpb"
+)
+
+// work is a handler's own duration in these tests: long next to the
+// attacker's deadlines, short next to everyone else's.
+const work = 20 * time.Millisecond
+
+// doWork takes work, or until ctx ends, as a handler that calls a
+// downstream with its context does.
+func doWork(ctx context.Context) error {
+	t := time.NewTimer(work)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestAttackDeadlineCannotLowerLimit is the attack of a client that sends
+// one call in ten with a deadline it knows the server cannot meet, expired
+// or nearly so. The server was not slow: the caller chose the deadline. So
+// the limit everyone shares must not move. (Before the rule, each such
+// call counted as overload: the per-call AIMD below halves on each.)
+func TestAttackDeadlineCannotLowerLimit(t *testing.T) {
+	tests := []struct {
+		name     string
+		deadline time.Duration
+	}{
+		{"tiny deadline", 2 * time.Millisecond},
+		{"deadline of a quarter of the work", work / 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := &testpb.Service{UnaryFunc: func(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+				return &testpb.UnaryResponse{}, doWork(ctx)
+			}}
+			e := newEnv(t, svc, envConfig{noClient: true, server: []Option{WithDefault(perCall())}})
+			for i := range 50 {
+				d := time.Second
+				if i%10 == 9 {
+					d = tt.deadline
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+				cancel()
+				if d == time.Second {
+					require.NoError(t, err)
+				}
+				e.awaitRelease(t, "server")
+			}
+			assert.Equal(t, 10, gateOf(e.coreOf(e.srv), unaryMethod).lim.Limit(), "the attacker's deadlines moved the limit")
+		})
+	}
+}
+
+// TestAttackDeadlineStreams is the same attack on a streaming method: a
+// stream lives as long as its client wants, so a deadline it chose says
+// nothing about the server.
+func TestAttackDeadlineStreams(t *testing.T) {
+	svc := &testpb.Service{ServerStreamFunc: func(_ *testpb.ServerStreamRequest, ss grpc.ServerStreamingServer[testpb.ServerStreamResponse]) error {
+		<-ss.Context().Done()
+		return ss.Context().Err()
+	}}
+	e := newEnv(t, svc, envConfig{noClient: true, server: []Option{WithDefault(perCall())}})
+	for range 22 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		st, err := e.client.ServerStream(ctx, &testpb.ServerStreamRequest{})
+		if err == nil {
+			_, _ = st.Recv()
+		}
+		cancel()
+		e.awaitRelease(t, "server")
+	}
+	assert.Equal(t, 10, gateOf(e.coreOf(e.srv), serverStreamMethod).lim.Limit(), "the attacker's deadlines moved the limit")
+}
+
+// TestLateServerStillBacksOff is the rule's other side: when the server's
+// own time made the call late, that is overload and the limit backs off.
+func TestLateServerStillBacksOff(t *testing.T) {
+	var slow atomic.Bool
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		if slow.Load() {
+			<-ctx.Done() // stuck downstream: only the deadline ends it
+			return nil, ctx.Err()
+		}
+		return &testpb.UnaryResponse{}, doWork(ctx)
+	}}
+	e := newEnv(t, svc, envConfig{noClient: true, server: []Option{WithDefault(perCall())}})
+	call := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+		e.awaitRelease(t, "server")
+		return err
+	}
+	for range 5 {
+		require.NoError(t, call(time.Second))
+	}
+	slow.Store(true)
+	// The deadline is 10 × what the server has learned a call takes.
+	require.Error(t, call(10*work))
+	assert.Equal(t, 5, gateOf(e.coreOf(e.srv), unaryMethod).lim.Limit(), "a call the server made late is overload")
+}
