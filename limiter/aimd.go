@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -163,13 +164,17 @@ func (c AIMDConfig) Validate() error {
 type AIMD struct {
 	cfg AIMDConfig
 
-	mu        sync.Mutex
+	// The hot path reads these without the lock.
+	current atomic.Int64 // Limit(): the limit, or the probe's while probing
+	careful atomic.Bool  // every sample takes the lock: slow start, probe, PerCall
+	need    atomic.Int64 // samples a round trip needs, derived from cv
+	win     window
+
+	mu        sync.Mutex // serializes changes of the fields below
 	limit     float64
 	slowStart bool
 	calm      int     // round trips since the last backoff
 	cv        float64 // running coefficient of variation of RTT; -1 unknown
-	need      int     // samples a round trip needs, derived from cv
-	win       window
 	base      baseline
 }
 
@@ -234,24 +239,29 @@ func NewAIMD(c AIMDConfig) (*AIMD, error) {
 		return nil, err
 	}
 	c = c.withDefaults()
-	return &AIMD{
+	a := &AIMD{
 		cfg:       c,
 		limit:     float64(c.InitialLimit),
 		slowStart: !c.PerCall,
 		cv:        -1,
-		need:      DefaultWindowMinSamples,
-	}, nil
+	}
+	a.need.Store(DefaultWindowMinSamples)
+	a.publishLocked()
+	return a, nil
+}
+
+// publishLocked makes the state the hot path reads match the state under
+// the lock.
+func (a *AIMD) publishLocked() {
+	a.current.Store(int64(a.limitLocked()))
+	a.careful.Store(a.cfg.PerCall || a.slowStart || a.base.probing || a.base.collecting)
 }
 
 // Config returns the configuration of a, with defaults filled in.
 func (a *AIMD) Config() AIMDConfig { return a.cfg }
 
 // Limit implements Algorithm.
-func (a *AIMD) Limit() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.limitLocked()
-}
+func (a *AIMD) Limit() int { return int(a.current.Load()) }
 
 func (a *AIMD) limitLocked() int {
 	if a.base.probing {
@@ -291,22 +301,36 @@ func (a *AIMD) observeCVLocked(cv float64) {
 	} else {
 		a.cv += cvWeight * (cv - a.cv)
 	}
-	a.need = samplesNeeded(a.cv)
+	a.need.Store(int64(samplesNeeded(a.cv)))
 }
 
-// Update implements Algorithm.
+// Update implements Algorithm. Outside slow start and probes, a sample
+// takes no lock: it is added to the round trip with atomic operations, and
+// only the sample that completes a round trip takes the lock to close it.
 func (a *AIMD) Update(s Sample) int {
 	if s.Outcome == Ignored {
 		return a.Limit()
 	}
+	if !a.adaptive() && s.Outcome == Success && s.RTT > a.cfg.Timeout {
+		s.Outcome = Dropped
+	}
+	if s.RTT >= 0 && !a.careful.Load() {
+		if a.win.add(s, int(a.need.Load())) {
+			a.mu.Lock()
+			if a.win.complete(int(a.need.Load())) { // not closed meanwhile
+				a.closeLocked(s.At)
+				a.publishLocked()
+			}
+			a.mu.Unlock()
+		}
+		return a.Limit()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defer a.publishLocked()
 	if s.RTT < 0 {
 		a.untimedLocked(s)
 		return a.limitLocked()
-	}
-	if !a.adaptive() && s.Outcome == Success && s.RTT > a.cfg.Timeout {
-		s.Outcome = Dropped
 	}
 	if a.base.probing || a.base.collecting {
 		a.probeLocked(s)
@@ -323,22 +347,26 @@ func (a *AIMD) Update(s Sample) int {
 			a.grow()
 		}
 	}
-	if a.win.add(s, a.need) {
-		a.observeCVLocked(a.win.cv())
-		// A round trip with enough successes for the variability just
-		// measured may lower the baseline (see baseline.offer).
-		measured := a.win.nOK >= a.need
-		share := a.win.dropFraction()
-		agg := a.win.close(s.At)
-		if !a.cfg.PerCall {
-			a.ruleLocked(agg, share)
-		}
-		if a.adaptive() && measured && agg.RTT > 0 && !a.base.probing && !a.base.collecting {
-			a.base.offer(agg.RTT, agg.At)
-		}
-		a.maybeProbeLocked(s.At)
+	if a.win.add(s, int(a.need.Load())) {
+		a.closeLocked(s.At)
 	}
 	return a.limitLocked()
+}
+
+// closeLocked closes the round trip and applies the rule to it.
+func (a *AIMD) closeLocked(at time.Time) {
+	rt := a.win.close(at)
+	a.observeCVLocked(rt.cv())
+	agg := rt.sample()
+	if !a.cfg.PerCall {
+		a.ruleLocked(agg, rt.dropShare())
+	}
+	// A round trip with enough successes for the variability just
+	// measured may lower the baseline (see baseline.offer).
+	if a.adaptive() && rt.successes() >= int(a.need.Load()) && agg.RTT > 0 && !a.base.probing && !a.base.collecting {
+		a.base.offer(agg.RTT, agg.At)
+	}
+	a.maybeProbeLocked(at)
 }
 
 // untimedLocked applies a sample without an RTT (a stream, or a permit a
@@ -445,7 +473,7 @@ func (a *AIMD) probeLocked(s Sample) {
 		b.probeSum += s.RTT
 	}
 	switch {
-	case b.probing && b.probeN >= a.need:
+	case b.probing && b.probeN >= int(a.need.Load()):
 		// Enough admitted: restore the limit, keep collecting.
 		b.probing, b.collecting = false, true
 		b.probeTo = s.At
@@ -454,7 +482,7 @@ func (a *AIMD) probeLocked(s Sample) {
 			wait = b.probeSum / time.Duration(b.probeN)
 		}
 		b.collectUntil = s.At.Add(probeCollectFactor * wait)
-		a.win = window{open: s.At}
+		a.win.reset(s.At)
 	case b.collecting && !s.At.Before(b.collectUntil):
 		b.collecting = false
 		m := b.probeSum / time.Duration(b.probeN)

@@ -2,80 +2,139 @@ package limiter
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 )
 
 // window aggregates samples over one round trip. It opens at a point in
 // time and is complete once a call that started after that point has
 // returned and at least minSamples samples are in. Used by AIMD and by
-// Windowed; not safe for concurrent use.
+// Windowed.
+//
+// add is lock-free, so that releases on many cores do not serialize on
+// it; close must not run concurrently with another close. A sample added
+// while a close runs lands whole in one of the two windows, or, rarely,
+// with its count in the new window and its RTT in the old: an error of
+// one sample that a statistic over a round trip absorbs.
 type window struct {
-	open   time.Time // zero until the first sample
-	n      int       // Success and Dropped samples
-	nOK    int       // Success samples
-	sumRTT time.Duration
-	sumSq  float64 // sum of squared RTTs of successes, in seconds²
-	drops  int     // Dropped samples
-	maxIn  int
-	ready  bool // a call that started after open has returned
+	open   atomic.Int64  // UnixNano when the window opened; 0 until the first sample
+	counts atomic.Uint64 // samples << 32 | drops
+	sumRTT atomic.Int64  // nanoseconds, successes only
+	sumSq  atomic.Uint64 // microseconds², successes only; see maxSquaredRTT
+	maxIn  atomic.Int64
+	ready  atomic.Bool // a call that started after open has returned
 }
 
-// add records s, which must not be Ignored, and reports whether the window
-// is complete.
+// maxSquaredRTT caps the RTT that enters the sum of squares, so that 2^32
+// samples cannot overflow it. A call that long is far outside any round
+// trip whose variability matters.
+const maxSquaredRTT = 30 * time.Second
+
+const (
+	oneSample = 1 << 32
+	oneDrop   = 1
+)
+
+// add records s, which must be timed and not Ignored, and reports whether
+// the window is complete.
 func (w *window) add(s Sample, minSamples int) bool {
-	if w.open.IsZero() {
-		w.open = s.At.Add(-s.RTT)
+	end := s.At.UnixNano()
+	start := end - int64(s.RTT)
+	if w.open.Load() == 0 {
+		w.open.CompareAndSwap(0, start)
 	}
-	w.n++
+	// Sums before the count, so that a close that sees the count sees
+	// the sums too.
+	var c uint64
 	if s.Outcome == Dropped {
-		w.drops++
+		c = w.counts.Add(oneSample | oneDrop)
 	} else {
-		w.nOK++
-		w.sumRTT += s.RTT
-		w.sumSq += s.RTT.Seconds() * s.RTT.Seconds()
+		us := uint64(min(s.RTT, maxSquaredRTT) / time.Microsecond)
+		w.sumRTT.Add(int64(s.RTT))
+		w.sumSq.Add(us * us)
+		c = w.counts.Add(oneSample)
 	}
-	w.maxIn = max(w.maxIn, s.Inflight)
-	if !w.ready && s.At.Sub(w.open) >= s.RTT { // started at or after open
-		w.ready = true
+	for in := int64(s.Inflight); ; {
+		m := w.maxIn.Load()
+		if in <= m || w.maxIn.CompareAndSwap(m, in) {
+			break
+		}
 	}
-	return w.ready && w.n >= minSamples
+	if !w.ready.Load() && start >= w.open.Load() {
+		w.ready.Store(true)
+	}
+	return w.ready.Load() && int(c>>32) >= minSamples
+}
+
+// complete reports whether the window can close, as add did.
+func (w *window) complete(minSamples int) bool {
+	return w.ready.Load() && int(w.counts.Load()>>32) >= minSamples
+}
+
+// reset empties the window and opens it at at.
+func (w *window) reset(at time.Time) { w.close(at) }
+
+// close takes the window's samples and opens the next window at at.
+func (w *window) close(at time.Time) trip {
+	c := w.counts.Swap(0)
+	rt := trip{
+		n:      int(c >> 32),
+		drops:  int(c & math.MaxUint32),
+		sumRTT: time.Duration(w.sumRTT.Swap(0)),
+		sumSq:  w.sumSq.Swap(0),
+		maxIn:  int(w.maxIn.Swap(0)),
+		at:     at,
+	}
+	w.ready.Store(false)
+	w.open.Store(at.UnixNano())
+	return rt
+}
+
+// A trip is the content of a closed window.
+type trip struct {
+	n, drops int
+	sumRTT   time.Duration
+	sumSq    uint64 // microseconds²
+	maxIn    int
+	at       time.Time
+}
+
+func (r trip) successes() int { return r.n - r.drops }
+
+// dropShare is the share of the round trip's samples that were dropped.
+func (r trip) dropShare() float64 {
+	if r.n == 0 {
+		return 0
+	}
+	return float64(r.drops) / float64(r.n)
 }
 
 // cv returns the coefficient of variation of the successful RTTs, or -1
 // with fewer than two of them.
-func (w *window) cv() float64 {
-	if w.nOK < 2 || w.sumRTT <= 0 {
+func (r trip) cv() float64 {
+	ok := r.successes()
+	if ok < 2 || r.sumRTT <= 0 {
 		return -1
 	}
-	n := float64(w.nOK)
-	mean := w.sumRTT.Seconds() / n
-	variance := max(w.sumSq/n-mean*mean, 0)
+	n := float64(ok)
+	mean := float64(r.sumRTT/time.Microsecond) / n
+	variance := max(float64(r.sumSq)/n-mean*mean, 0)
 	return math.Sqrt(variance) / mean
 }
 
-// close returns the window as one sample and opens the next window at the
-// time the last sample ended:
+// sample returns the round trip as one sample:
 //
 //   - Outcome is Dropped if any sample was dropped, else Success;
 //   - RTT is the mean RTT of the successful samples (0 if none);
 //   - Inflight is the largest in-flight count seen;
 //   - At is when the last sample ended.
-func (w *window) close(at time.Time) Sample {
-	agg := Sample{Outcome: Success, Inflight: w.maxIn, At: at}
-	if w.drops > 0 {
-		agg.Outcome = Dropped
+func (r trip) sample() Sample {
+	s := Sample{Outcome: Success, Inflight: r.maxIn, At: r.at}
+	if r.drops > 0 {
+		s.Outcome = Dropped
 	}
-	if w.nOK > 0 {
-		agg.RTT = w.sumRTT / time.Duration(w.nOK)
+	if ok := r.successes(); ok > 0 {
+		s.RTT = r.sumRTT / time.Duration(ok)
 	}
-	*w = window{open: at}
-	return agg
-}
-
-// dropFraction is the share of the window's samples that were dropped.
-func (w *window) dropFraction() float64 {
-	if w.n == 0 {
-		return 0
-	}
-	return float64(w.drops) / float64(w.n)
+	return s
 }

@@ -69,7 +69,7 @@ func (w *Windowed) Update(s Sample) int {
 	}
 	// The inner update runs under w.mu so that windows reach the
 	// algorithm in the order they closed.
-	return w.alg.Update(w.win.close(s.At))
+	return w.alg.Update(w.win.close(s.At).sample())
 }
 
 func (w *Windowed) String() string { return fmt.Sprintf("Windowed(%v)", w.alg) }
