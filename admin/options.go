@@ -1,16 +1,65 @@
 package admin
 
-import "context"
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+)
 
 // An Option configures a Service.
 type Option func(*Service)
 
-// An Authorizer decides whether the caller of fullMethod may use the
-// service. A non-nil error refuses the call: a status error is returned as
-// it is, anything else as PERMISSION_DENIED.
-type Authorizer func(ctx context.Context, fullMethod string) error
-
-// WithAuthorizer replaces LoopbackOnly, the default Authorizer.
+// WithAuthorizer admits the callers a admits. It can be given more than
+// once, and combined with WithTLSClients and WithUnixSocketPeers: a caller
+// is served if any of them admits it.
 func WithAuthorizer(a Authorizer) Option {
-	return func(s *Service) { s.auth = a }
+	return func(s *Service) {
+		if a == nil {
+			s.errs = append(s.errs, errors.New("admin: WithAuthorizer(nil): give an Authorizer that decides who may change limits"))
+			return
+		}
+		s.auth = append(s.auth, a)
+	}
+}
+
+// WithTLSClients admits callers that present a client certificate the
+// server verified (its tls.Config has ClientAuth set to
+// tls.RequireAndVerifyClientCert or tls.VerifyClientCertIfGiven, and
+// ClientCAs to the CAs that issue operator certificates) and whose leaf
+// certificate carries one of names as a DNS name, URI (such as a SPIFFE
+// ID) or email address among its subject alternative names. The matched
+// name is the caller in the log. To match on other fields, write an
+// Authorizer that reads credentials.TLSInfo from the peer.
+func WithTLSClients(names ...string) Option {
+	return func(s *Service) {
+		if len(names) == 0 {
+			s.errs = append(s.errs, errors.New("admin: WithTLSClients(): list the certificate names (DNS, URI or email SANs) to admit"))
+			return
+		}
+		set := make(map[string]bool, len(names))
+		for i, n := range names {
+			if n == "" {
+				s.errs = append(s.errs, fmt.Errorf("admin: WithTLSClients: name %d is empty; give the DNS, URI or email SAN of an operator certificate", i))
+				return
+			}
+			set[n] = true
+		}
+		s.auth = append(s.auth, tlsClients(set))
+	}
+}
+
+// WithUnixSocketPeers admits every caller connected through a Unix domain
+// socket. sluice cannot tell who is on the other end of the socket, so
+// the socket file's owner and permissions are the access control: use
+// this only when the socket is in a directory that only operators can
+// reach and no proxy forwards other traffic to it.
+func WithUnixSocketPeers() Option {
+	return func(s *Service) { s.auth = append(s.auth, unixSocketPeers) }
+}
+
+// WithLogger sets where the audit log goes: every override and clear,
+// with who made it, and every refused call. The default is slog.Default()
+// at the time of each call.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Service) { s.log = l }
 }
