@@ -22,6 +22,7 @@
 //
 // Every override and clear is logged with log/slog (WithLogger), naming
 // the caller, the limiter, the limit and how long it holds; so is every
-// refused call. sluice never limits the service (it is in
+// refused call. Watch streams are bounded in number (WithMaxWatches) and
+// lifetime (WithWatchLifetime). sluice never limits the service (it is in
 // interceptor.DefaultExempt).
 package admin

@@ -4,10 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 )
 
 // An Option configures a Service.
 type Option func(*Service)
+
+// Defaults of the watch stream bounds.
+const (
+	// DefaultMaxWatches is how many WatchLimits streams may be open at
+	// once unless WithMaxWatches says otherwise: enough for a few
+	// dashboards and operators, too few to matter as a load.
+	DefaultMaxWatches = 16
+	// DefaultWatchLifetime is how long a WatchLimits stream lasts unless
+	// WithWatchLifetime says otherwise.
+	DefaultWatchLifetime = 10 * time.Minute
+)
 
 // WithAuthorizer admits the callers a admits. It can be given more than
 // once, and combined with WithTLSClients and WithUnixSocketPeers: a caller
@@ -62,4 +74,31 @@ func WithUnixSocketPeers() Option {
 // at the time of each call.
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Service) { s.log = l }
+}
+
+// WithMaxWatches bounds how many WatchLimits streams may be open at once
+// (DefaultMaxWatches by default), since each holds a goroutine and polls
+// every limiter. A watch beyond it is refused with RESOURCE_EXHAUSTED.
+func WithMaxWatches(n int) Option {
+	return func(s *Service) {
+		if n < 1 {
+			s.errs = append(s.errs, fmt.Errorf("admin: WithMaxWatches(%d): must be at least 1", n))
+			return
+		}
+		s.maxWatches = n
+	}
+}
+
+// WithWatchLifetime bounds how long one WatchLimits stream lasts
+// (DefaultWatchLifetime by default), so a forgotten watch does not hold
+// its slot for ever and a revoked operator stops seeing updates. At the
+// end the stream finishes with OK; a client that wants more watches again.
+func WithWatchLifetime(d time.Duration) Option {
+	return func(s *Service) {
+		if d <= 0 {
+			s.errs = append(s.errs, fmt.Errorf("admin: WithWatchLifetime(%v): must be > 0", d))
+			return
+		}
+		s.watchLifetime = d
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -35,10 +36,13 @@ const (
 // it with NewService: a Service built any other way refuses every call.
 type Service struct {
 	sluicev1.UnimplementedLimitsServiceServer
-	limits Limits
-	auth   []Authorizer
-	log    *slog.Logger
-	errs   []error // from the options
+	limits        Limits
+	auth          []Authorizer
+	log           *slog.Logger
+	maxWatches    int
+	watchLifetime time.Duration
+	watches       atomic.Int64 // open WatchLimits streams
+	errs          []error      // from the options
 }
 
 // NewService returns the admin service of limits. It refuses to create a
@@ -49,7 +53,7 @@ func NewService(limits Limits, opts ...Option) (*Service, error) {
 	if limits == nil {
 		return nil, errors.New("admin: NewService needs the Limits to serve (an *interceptor.Server or *interceptor.Client)")
 	}
-	s := &Service{limits: limits}
+	s := &Service{limits: limits, maxWatches: DefaultMaxWatches, watchLifetime: DefaultWatchLifetime}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
@@ -139,7 +143,9 @@ func (s *Service) ListLimits(ctx context.Context, _ *sluicev1.ListLimitsRequest)
 	return resp, nil
 }
 
-// WatchLimits implements sluicev1.LimitsServiceServer.
+// WatchLimits implements sluicev1.LimitsServiceServer. At most
+// WithMaxWatches streams are open at once, each for at most
+// WithWatchLifetime, after which it ends with OK.
 func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.ServerStreamingServer[sluicev1.WatchLimitsResponse]) error {
 	ctx := stream.Context()
 	caller, err := s.authorize(ctx, "WatchLimits")
@@ -153,11 +159,21 @@ func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.Serv
 		}
 		interval = max(req.GetInterval().AsDuration(), MinWatchInterval)
 	}
+	if n := s.watches.Add(1); n > int64(s.maxWatches) {
+		s.watches.Add(-1)
+		s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: watch refused, too many open",
+			slog.String("caller", caller), slog.String("peer", peerAddr(ctx)), slog.Int("max_watches", s.maxWatches))
+		return status.Errorf(codes.ResourceExhausted,
+			"admin: %d watch streams are open, the most this service allows (admin.WithMaxWatches); retry when one ends", s.maxWatches)
+	}
+	defer s.watches.Add(-1)
 	s.logger().LogAttrs(ctx, slog.LevelDebug, "sluice admin: watch started", slog.String("caller", caller), slog.String("peer", peerAddr(ctx)))
 
 	last := map[string]interceptor.LimiterState{}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	end := time.NewTimer(s.watchLifetime)
+	defer end.Stop()
 	for first := true; ; first = false {
 		now := time.Now()
 		var changed []*sluicev1.LimiterStatus
@@ -174,6 +190,10 @@ func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.Serv
 		}
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-end.C:
+			// The end of the stream's lifetime: OK, so the client
+			// watches again if it still wants to.
 			return nil
 		case <-tick.C:
 		}

@@ -163,13 +163,15 @@ func TestNewServiceErrors(t *testing.T) {
 		err  string
 	}{
 		{"no authorizer", nil, errNoAuthorizer},
-		{"only a logger", []Option{WithLogger(slog.Default())}, errNoAuthorizer},
+		{"only bounds", []Option{WithMaxWatches(3), WithLogger(slog.Default())}, errNoAuthorizer},
 		{"nil authorizer", []Option{WithAuthorizer(nil)},
 			"admin: WithAuthorizer(nil): give an Authorizer that decides who may change limits"},
 		{"no tls names", []Option{WithTLSClients()},
 			"admin: WithTLSClients(): list the certificate names (DNS, URI or email SANs) to admit"},
 		{"empty tls name", []Option{WithTLSClients("ops", "")},
 			"admin: WithTLSClients: name 1 is empty; give the DNS, URI or email SAN of an operator certificate"},
+		{"no watches", []Option{WithUnixSocketPeers(), WithMaxWatches(0)}, "admin: WithMaxWatches(0): must be at least 1"},
+		{"no lifetime", []Option{WithUnixSocketPeers(), WithWatchLifetime(-time.Second)}, "admin: WithWatchLifetime(-1s): must be > 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
