@@ -23,7 +23,9 @@ const (
 
 // WithAuthorizer admits the callers a admits. It can be given more than
 // once, and combined with WithTLSClients and WithUnixSocketPeers: a caller
-// is served if any of them admits it.
+// is served if any of them admits it. When only one is configured, its
+// status error reaches the caller as it is; when several refuse, the
+// caller gets PERMISSION_DENIED with all their reasons.
 func WithAuthorizer(a Authorizer) Option {
 	return func(s *Service) {
 		if a == nil {
@@ -70,8 +72,9 @@ func WithUnixSocketPeers() Option {
 }
 
 // WithLogger sets where the audit log goes: every override and clear,
-// with who made it, and every refused call. The default is slog.Default()
-// at the time of each call.
+// with who made it, and every refused call (at Info and Warn; lists and
+// watches at Debug). nil, the default, means slog.Default() at the time of
+// each call.
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Service) { s.log = l }
 }

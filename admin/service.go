@@ -164,7 +164,7 @@ func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.Serv
 		s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: watch refused, too many open",
 			slog.String("caller", caller), slog.String("peer", peerAddr(ctx)), slog.Int("max_watches", s.maxWatches))
 		return status.Errorf(codes.ResourceExhausted,
-			"admin: %d watch streams are open, the most this service allows (admin.WithMaxWatches); retry when one ends", s.maxWatches)
+			"admin: too many watch streams open (the most is %d, admin.WithMaxWatches); retry when one ends", s.maxWatches)
 	}
 	defer s.watches.Add(-1)
 	s.logger().LogAttrs(ctx, slog.LevelDebug, "sluice admin: watch started", slog.String("caller", caller), slog.String("peer", peerAddr(ctx)))

@@ -114,7 +114,7 @@ func TestWatchBounds(t *testing.T) {
 		ended, err := b.ended()
 		require.True(t, ended)
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-		assert.Equal(t, "admin: 1 watch streams are open, the most this service allows (admin.WithMaxWatches); retry when one ends",
+		assert.Equal(t, "admin: too many watch streams open (the most is 1, admin.WithMaxWatches); retry when one ends",
 			status.Convert(err).Message())
 		b.cancel()
 
