@@ -2,14 +2,27 @@
 // server's limiters (list and watch) and operator overrides that pin a
 // limit for a while.
 //
-// Register it yourself, on the server and listener of your choice:
+// The service can take a server down (an override of 0 rejects every
+// call, and can be renewed for ever), so it is closed until you say who may
+// use it. NewService refuses to build it without one of:
 //
-//	svc, err := admin.NewService(limits, admin.WithAuthorizer(checkOperator))
+//   - WithTLSClients: callers with a client certificate the server
+//     verified, carrying one of the listed names (mTLS);
+//   - WithUnixSocketPeers: callers on a Unix socket, when the socket's file
+//     permissions are the access control;
+//   - WithAuthorizer: your own check, given the call's context.
+//
+// No caller is trusted for its address: proxies and service mesh sidecars
+// (Istio forwards from 127.0.0.6) make remote callers look local. Register
+// the service yourself, on an internal server and listener:
+//
+//	svc, err := admin.NewService(limits, admin.WithTLSClients("spiffe://example.com/ops"))
 //	...
 //	sluicev1.RegisterLimitsServiceServer(adminServer, svc)
 //
-// sluice never limits it (it is in interceptor.DefaultExempt). It can take
-// a service down (an override of 0 rejects every call), so it must not face
-// the internet: serve it on an internal listener and give it an authorizer.
-// Without WithAuthorizer only callers on a loopback address are served.
+// Every override and clear is logged with log/slog (WithLogger), naming
+// the caller, the limiter, the limit and how long it holds; so is every
+// refused call. Watch streams are bounded in number (WithMaxWatches) and
+// lifetime (WithWatchLifetime). sluice never limits the service (it is in
+// interceptor.DefaultExempt).
 package admin

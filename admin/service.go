@@ -3,7 +3,9 @@ package admin
 import (
 	"context"
 	"errors"
-	"net"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,63 +32,109 @@ const (
 	MinWatchInterval     = 100 * time.Millisecond
 )
 
-// Service implements sluicev1.LimitsServiceServer over a Limits.
+// Service implements sluicev1.LimitsServiceServer over a Limits. Create
+// it with NewService: a Service built any other way refuses every call.
 type Service struct {
 	sluicev1.UnimplementedLimitsServiceServer
-	limits Limits
-	auth   Authorizer
+	limits        Limits
+	auth          []Authorizer
+	log           *slog.Logger
+	maxWatches    int
+	watchLifetime time.Duration
+	watches       atomic.Int64 // open WatchLimits streams
+	errs          []error      // from the options
 }
 
-// NewService returns the admin service of limits.
+// NewService returns the admin service of limits. It refuses to create a
+// service no one is allowed to use by name: give at least one of
+// WithTLSClients, WithUnixSocketPeers or WithAuthorizer. No caller is
+// trusted for its address alone.
 func NewService(limits Limits, opts ...Option) (*Service, error) {
 	if limits == nil {
 		return nil, errors.New("admin: NewService needs the Limits to serve (an *interceptor.Server or *interceptor.Client)")
 	}
-	s := &Service{limits: limits, auth: LoopbackOnly}
+	s := &Service{limits: limits, maxWatches: DefaultMaxWatches, watchLifetime: DefaultWatchLifetime}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
 		}
 	}
-	if s.auth == nil {
-		return nil, errors.New("admin: WithAuthorizer(nil): an Authorizer is required; omit the option for LoopbackOnly")
+	if len(s.errs) > 0 {
+		return nil, errors.Join(s.errs...)
+	}
+	if len(s.auth) == 0 {
+		return nil, errors.New(errNoAuthorizer)
 	}
 	return s, nil
 }
 
-// LoopbackOnly is the default Authorizer: it serves callers connected from
-// a loopback address (or a Unix socket) and refuses everyone else.
-func LoopbackOnly(ctx context.Context, _ string) error {
-	p, ok := peer.FromContext(ctx)
-	if ok && p.Addr != nil {
-		switch a := p.Addr.(type) {
-		case *net.UnixAddr:
-			return nil
-		case *net.TCPAddr:
-			if a.IP.IsLoopback() {
-				return nil
-			}
-		}
+func (s *Service) logger() *slog.Logger {
+	if s != nil && s.log != nil {
+		return s.log
 	}
-	return status.Error(codes.PermissionDenied, "admin: only loopback callers may use the limits service; configure admin.WithAuthorizer")
+	return slog.Default()
 }
 
-func (s *Service) authorize(ctx context.Context, method string) error {
-	err := s.auth(ctx, "/sluice.v1.LimitsService/"+method)
+// authorize returns who the caller of method is, or the status error that
+// refuses the call. Refusals are logged with attrs, what the call asked
+// for.
+func (s *Service) authorize(ctx context.Context, method string, attrs ...slog.Attr) (string, error) {
+	full := "/sluice.v1.LimitsService/" + method
+	var caller string
+	var err error
+	if s == nil || s.limits == nil || len(s.auth) == 0 {
+		err = status.Error(codes.PermissionDenied, errNoAuthorizer)
+	} else {
+		caller, err = s.admit(ctx, full)
+	}
 	if err == nil {
-		return nil
+		if caller == "" {
+			caller = "(unnamed)"
+		}
+		return caller, nil
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
+	attrs = append([]slog.Attr{slog.String("method", full), slog.String("peer", peerAddr(ctx))}, attrs...)
+	attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+	s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: call refused", attrs...)
+	return "", err
+}
+
+// admit asks each Authorizer in turn; the first to admit the caller wins.
+func (s *Service) admit(ctx context.Context, full string) (string, error) {
+	var errs []error
+	for _, a := range s.auth {
+		caller, err := a(ctx, full)
+		if err == nil {
+			return caller, nil
+		}
+		errs = append(errs, err)
 	}
-	return status.Error(codes.PermissionDenied, err.Error())
+	if len(errs) == 1 {
+		if _, ok := status.FromError(errs[0]); ok {
+			return "", errs[0]
+		}
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = status.Convert(err).Message()
+	}
+	return "", status.Error(codes.PermissionDenied, strings.Join(msgs, "; "))
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "unknown"
 }
 
 // ListLimits implements sluicev1.LimitsServiceServer.
 func (s *Service) ListLimits(ctx context.Context, _ *sluicev1.ListLimitsRequest) (*sluicev1.ListLimitsResponse, error) {
-	if err := s.authorize(ctx, "ListLimits"); err != nil {
+	caller, err := s.authorize(ctx, "ListLimits")
+	if err != nil {
 		return nil, err
 	}
+	s.logger().LogAttrs(ctx, slog.LevelDebug, "sluice admin: limits listed", slog.String("caller", caller), slog.String("peer", peerAddr(ctx)))
 	resp := &sluicev1.ListLimitsResponse{}
 	now := time.Now()
 	for _, l := range s.limits.Limiters() {
@@ -95,10 +143,13 @@ func (s *Service) ListLimits(ctx context.Context, _ *sluicev1.ListLimitsRequest)
 	return resp, nil
 }
 
-// WatchLimits implements sluicev1.LimitsServiceServer.
+// WatchLimits implements sluicev1.LimitsServiceServer. At most
+// WithMaxWatches streams are open at once, each for at most
+// WithWatchLifetime, after which it ends with OK.
 func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.ServerStreamingServer[sluicev1.WatchLimitsResponse]) error {
 	ctx := stream.Context()
-	if err := s.authorize(ctx, "WatchLimits"); err != nil {
+	caller, err := s.authorize(ctx, "WatchLimits")
+	if err != nil {
 		return err
 	}
 	interval := DefaultWatchInterval
@@ -108,9 +159,21 @@ func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.Serv
 		}
 		interval = max(req.GetInterval().AsDuration(), MinWatchInterval)
 	}
+	if n := s.watches.Add(1); n > int64(s.maxWatches) {
+		s.watches.Add(-1)
+		s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: watch refused, too many open",
+			slog.String("caller", caller), slog.String("peer", peerAddr(ctx)), slog.Int("max_watches", s.maxWatches))
+		return status.Errorf(codes.ResourceExhausted,
+			"admin: too many watch streams open (the most is %d, admin.WithMaxWatches); retry when one ends", s.maxWatches)
+	}
+	defer s.watches.Add(-1)
+	s.logger().LogAttrs(ctx, slog.LevelDebug, "sluice admin: watch started", slog.String("caller", caller), slog.String("peer", peerAddr(ctx)))
+
 	last := map[string]interceptor.LimiterState{}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	end := time.NewTimer(s.watchLifetime)
+	defer end.Stop()
 	for first := true; ; first = false {
 		now := time.Now()
 		var changed []*sluicev1.LimiterStatus
@@ -128,6 +191,10 @@ func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.Serv
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-end.C:
+			// The end of the stream's lifetime: OK, so the client
+			// watches again if it still wants to.
+			return nil
 		case <-tick.C:
 		}
 	}
@@ -139,20 +206,21 @@ func sameFigures(a, b interceptor.LimiterState) bool {
 	return a.Limit == b.Limit && a.Inflight == b.Inflight && a.Queued == b.Queued && a.OverrideUntil.Equal(b.OverrideUntil)
 }
 
-// SetOverride implements sluicev1.LimitsServiceServer.
+// SetOverride implements sluicev1.LimitsServiceServer. Every attempt is
+// logged with the caller.
 func (s *Service) SetOverride(ctx context.Context, req *sluicev1.SetOverrideRequest) (*sluicev1.SetOverrideResponse, error) {
-	if err := s.authorize(ctx, "SetOverride"); err != nil {
+	attrs := []slog.Attr{slog.String("limiter", req.GetName()), slog.Int64("limit", int64(req.GetLimit())), slog.Duration("ttl", req.GetTtl().AsDuration())}
+	caller, err := s.authorize(ctx, "SetOverride", attrs...)
+	if err != nil {
 		return nil, err
 	}
-	if req.GetTtl() == nil {
-		return nil, status.Error(codes.InvalidArgument, "ttl: required: how long the override holds")
+	attrs = append([]slog.Attr{slog.String("caller", caller), slog.String("peer", peerAddr(ctx))}, attrs...)
+	err = s.setOverride(req)
+	if err != nil {
+		s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: override failed", append(attrs, slog.String("error", status.Convert(err).Message()))...)
+		return nil, err
 	}
-	if err := req.GetTtl().CheckValid(); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "ttl: %v", err)
-	}
-	if err := s.limits.SetOverride(req.GetName(), int(req.GetLimit()), req.GetTtl().AsDuration()); err != nil {
-		return nil, toStatusError(err)
-	}
+	s.logger().LogAttrs(ctx, slog.LevelInfo, "sluice admin: limit overridden", attrs...)
 	l, err := s.find(req.GetName())
 	if err != nil {
 		return nil, err
@@ -160,14 +228,34 @@ func (s *Service) SetOverride(ctx context.Context, req *sluicev1.SetOverrideRequ
 	return &sluicev1.SetOverrideResponse{Limiter: l}, nil
 }
 
-// ClearOverride implements sluicev1.LimitsServiceServer.
+func (s *Service) setOverride(req *sluicev1.SetOverrideRequest) error {
+	if req.GetTtl() == nil {
+		return status.Error(codes.InvalidArgument, "ttl: required: how long the override holds")
+	}
+	if err := req.GetTtl().CheckValid(); err != nil {
+		return status.Errorf(codes.InvalidArgument, "ttl: %v", err)
+	}
+	if err := s.limits.SetOverride(req.GetName(), int(req.GetLimit()), req.GetTtl().AsDuration()); err != nil {
+		return toStatusError(err)
+	}
+	return nil
+}
+
+// ClearOverride implements sluicev1.LimitsServiceServer. Every attempt is
+// logged with the caller.
 func (s *Service) ClearOverride(ctx context.Context, req *sluicev1.ClearOverrideRequest) (*sluicev1.ClearOverrideResponse, error) {
-	if err := s.authorize(ctx, "ClearOverride"); err != nil {
+	attrs := []slog.Attr{slog.String("limiter", req.GetName())}
+	caller, err := s.authorize(ctx, "ClearOverride", attrs...)
+	if err != nil {
 		return nil, err
 	}
+	attrs = append([]slog.Attr{slog.String("caller", caller), slog.String("peer", peerAddr(ctx))}, attrs...)
 	if err := s.limits.ClearOverride(req.GetName()); err != nil {
-		return nil, toStatusError(err)
+		err = toStatusError(err)
+		s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: clear failed", append(attrs, slog.String("error", status.Convert(err).Message()))...)
+		return nil, err
 	}
+	s.logger().LogAttrs(ctx, slog.LevelInfo, "sluice admin: override cleared", attrs...)
 	l, err := s.find(req.GetName())
 	if err != nil {
 		return nil, err

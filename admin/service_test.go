@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -13,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -52,8 +52,11 @@ func start(t *testing.T, opts ...Option) sluicev1.LimitsServiceClient {
 	return sluicev1.NewLimitsServiceClient(conn)
 }
 
+// operator admits every caller as "test-operator".
+func operator(context.Context, string) (string, error) { return "test-operator", nil }
+
 func TestListLimits(t *testing.T) {
-	c := start(t)
+	c := start(t, WithAuthorizer(operator))
 	resp, err := c.ListLimits(t.Context(), &sluicev1.ListLimitsRequest{})
 	require.NoError(t, err)
 	require.Len(t, resp.GetLimiters(), 1, "the admin service itself is never limited")
@@ -66,7 +69,7 @@ func TestListLimits(t *testing.T) {
 }
 
 func TestWatchAndOverride(t *testing.T) {
-	c := start(t)
+	c := start(t, WithAuthorizer(operator))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	watch, err := c.WatchLimits(ctx, &sluicev1.WatchLimitsRequest{Interval: durationpb.New(time.Millisecond)})
@@ -96,7 +99,7 @@ func TestWatchAndOverride(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	c := start(t)
+	c := start(t, WithAuthorizer(operator))
 	tests := []struct {
 		name string
 		req  *sluicev1.SetOverrideRequest
@@ -126,14 +129,14 @@ func TestBadRequests(t *testing.T) {
 func TestAuthorizer(t *testing.T) {
 	var seen []string
 	var mu sync.Mutex
-	deny := func(_ context.Context, method string) error {
+	deny := func(_ context.Context, method string) (string, error) {
 		mu.Lock()
 		seen = append(seen, method)
 		mu.Unlock()
 		if method == "/sluice.v1.LimitsService/ListLimits" {
-			return nil
+			return "reader", nil
 		}
-		return errors.New("not an operator")
+		return "", errors.New("not an operator")
 	}
 	c := start(t, WithAuthorizer(deny))
 	_, err := c.ListLimits(t.Context(), &sluicev1.ListLimitsRequest{})
@@ -148,37 +151,33 @@ func TestAuthorizer(t *testing.T) {
 	assert.Equal(t, []string{"/sluice.v1.LimitsService/ListLimits", "/sluice.v1.LimitsService/SetOverride", "/sluice.v1.LimitsService/WatchLimits"}, seen)
 }
 
-func TestLoopbackOnly(t *testing.T) {
-	at := func(a net.Addr) context.Context { return peer.NewContext(context.Background(), &peer.Peer{Addr: a}) }
-	tests := []struct {
-		name string
-		ctx  context.Context
-		ok   bool
-	}{
-		{"ipv4 loopback", at(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}), true},
-		{"ipv6 loopback", at(&net.TCPAddr{IP: net.IPv6loopback, Port: 1}), true},
-		{"unix socket", at(&net.UnixAddr{Name: "/run/admin.sock", Net: "unix"}), true},
-		{"remote", at(&net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 1}), false},
-		{"no peer", context.Background(), false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := LoopbackOnly(tt.ctx, "/sluice.v1.LimitsService/ListLimits")
-			if tt.ok {
-				assert.NoError(t, err)
-			} else {
-				assert.Equal(t, codes.PermissionDenied, status.Code(err))
-			}
-		})
-	}
-}
-
 func TestNewServiceErrors(t *testing.T) {
 	_, err := NewService(nil)
 	assert.EqualError(t, err, "admin: NewService needs the Limits to serve (an *interceptor.Server or *interceptor.Client)")
 	limits, err := interceptor.NewServer()
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, limits.Close()) }()
-	_, err = NewService(limits, WithAuthorizer(nil))
-	assert.EqualError(t, err, "admin: WithAuthorizer(nil): an Authorizer is required; omit the option for LoopbackOnly")
+	tests := []struct {
+		name string
+		opts []Option
+		err  string
+	}{
+		{"no authorizer", nil, errNoAuthorizer},
+		{"only bounds", []Option{WithMaxWatches(3), WithLogger(slog.Default())}, errNoAuthorizer},
+		{"nil authorizer", []Option{WithAuthorizer(nil)},
+			"admin: WithAuthorizer(nil): give an Authorizer that decides who may change limits"},
+		{"no tls names", []Option{WithTLSClients()},
+			"admin: WithTLSClients(): list the certificate names (DNS, URI or email SANs) to admit"},
+		{"empty tls name", []Option{WithTLSClients("ops", "")},
+			"admin: WithTLSClients: name 1 is empty; give the DNS, URI or email SAN of an operator certificate"},
+		{"no watches", []Option{WithUnixSocketPeers(), WithMaxWatches(0)}, "admin: WithMaxWatches(0): must be at least 1"},
+		{"no lifetime", []Option{WithUnixSocketPeers(), WithWatchLifetime(-time.Second)}, "admin: WithWatchLifetime(-1s): must be > 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc, err := NewService(limits, tt.opts...)
+			assert.Nil(t, svc)
+			assert.EqualError(t, err, tt.err)
+		})
+	}
 }

@@ -3,6 +3,7 @@ package interceptor
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -28,12 +29,42 @@ import (
 //
 // Options given after the loaded ones add to them; a method configured
 // both in the file and by a WithMethod option is an error of NewServer.
+//
+// A file larger than MaxConfigSize is refused without being read whole.
 func LoadConfig(path string) ([]Option, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return cfgParse(data, path)
+}
+
+// MaxConfigSize is the largest config file LoadConfig and WatchConfig
+// read, in bytes. A real configuration is a few kilobytes; the cap keeps a
+// wrong path (a log file, a device) or a hostile file from exhausting
+// memory.
+const MaxConfigSize = 1 << 20
+
+// readConfigFile reads the file at path, refusing one larger than
+// MaxConfigSize.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: reading config: %w", err)
 	}
-	return cfgParse(data, path)
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("interceptor: reading config: %w", err)
+	}
+	if len(data) > MaxConfigSize {
+		size := fmt.Sprintf("at least %d", len(data))
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxConfigSize {
+			size = fmt.Sprint(fi.Size())
+		}
+		return nil, fmt.Errorf("interceptor: config %s is %s bytes, more than MaxConfigSize (%d bytes)", path, size, MaxConfigSize)
+	}
+	return data, nil
 }
 
 // ParseConfig is LoadConfig for a configuration already in memory.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"time"
 )
 
@@ -18,11 +17,12 @@ type Reloader interface {
 // WatchConfig polls the config file at path every interval and, when its
 // contents change, reloads r with the options it describes followed by
 // extra (settings a file cannot express, such as WithClassifier). A file
-// that cannot be read or is invalid changes nothing: the error goes to
-// onError (log.Printf when nil) and the running configuration stays until
-// a good file appears. The file's contents when WatchConfig starts are
-// taken as already applied. It returns ctx's error when ctx is done, or
-// an error at once for an interval <= 0 or a nil Reloader.
+// that cannot be read, is larger than MaxConfigSize or is invalid changes
+// nothing: the error goes to onError (log.Printf when nil) and the running
+// configuration stays until a good file appears. The file's contents when
+// WatchConfig starts are taken as already applied. It returns ctx's error
+// when ctx is done, or an error at once for an interval <= 0 or a nil
+// Reloader.
 func WatchConfig(ctx context.Context, path string, interval time.Duration, r Reloader, onError func(error), extra ...Option) error {
 	if interval <= 0 {
 		return fmt.Errorf("interceptor: WatchConfig interval is %v, must be > 0", interval)
@@ -33,7 +33,7 @@ func WatchConfig(ctx context.Context, path string, interval time.Duration, r Rel
 	if onError == nil {
 		onError = func(err error) { log.Printf("sluice: config %s not applied: %v", path, err) }
 	}
-	last, _ := os.ReadFile(path)
+	last, _ := readConfigFile(path)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -42,7 +42,7 @@ func WatchConfig(ctx context.Context, path string, interval time.Duration, r Rel
 			return ctx.Err()
 		case <-tick.C:
 		}
-		data, err := os.ReadFile(path)
+		data, err := readConfigFile(path)
 		if err != nil {
 			onError(err)
 			continue

@@ -1,0 +1,62 @@
+package admin
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-go/sluice/interceptor"
+	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
+)
+
+// Attack: a caller on a loopback address with no credentials at all (in a
+// service mesh, anyone whose traffic the sidecar forwards from 127.0.0.6)
+// lists limiters, pins a limit to 0 and clears overrides.
+func TestAttackLoopbackWithoutCredentials(t *testing.T) {
+	limits, err := interceptor.NewServer()
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, limits.Close()) }()
+	rec := &recorder{}
+	old := slog.Default()
+	slog.SetDefault(slog.New(rec))
+	defer slog.SetDefault(old)
+	svc, err := NewService(limits)
+	assert.EqualError(t, err, errNoAuthorizer, "no service without an authorizer")
+	if err != nil {
+		svc = &Service{} // what a user who skips the constructor gets
+	}
+	gs := grpc.NewServer()
+	sluicev1.RegisterLimitsServiceServer(gs, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = gs.Serve(lis) })
+	defer func() { gs.Stop(); wg.Wait() }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, conn.Close()) }()
+	c := sluicev1.NewLimitsServiceClient(conn)
+
+	_, err = c.ListLimits(t.Context(), &sluicev1.ListLimitsRequest{})
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "list: %v", err)
+	_, err = c.SetOverride(t.Context(), &sluicev1.SetOverrideRequest{Name: "x", Limit: 0, Ttl: durationpb.New(24 * time.Hour)})
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "override: %v", err)
+	_, err = c.ClearOverride(t.Context(), &sluicev1.ClearOverrideRequest{Name: "x"})
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "clear: %v", err)
+	watch, err := c.WatchLimits(t.Context(), &sluicev1.WatchLimitsRequest{})
+	require.NoError(t, err)
+	_, err = watch.Recv()
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "watch: %v", err)
+	assert.Equal(t, errNoAuthorizer, status.Convert(err).Message(), "the refusal says how to open the service")
+	assert.Len(t, rec.audit(), 4, "every refusal is logged")
+}
