@@ -417,3 +417,25 @@ func TestWindowConcurrent(t *testing.T) {
 	assert.Equal(t, workers*each, n)
 	assert.Equal(t, workers*each/10, drops)
 }
+
+// TestUntimedDrops checks that every latency-based algorithm backs off on
+// a drop without an RTT (a stream's), and ignores an untimed success.
+func TestUntimedDrops(t *testing.T) {
+	newVegas := func() Algorithm {
+		v, err := NewVegas(VegasConfig{InitialLimit: 20})
+		require.NoError(t, err)
+		return v
+	}
+	newGradient2 := func() Algorithm {
+		g, err := NewGradient2(Gradient2Config{InitialLimit: 20})
+		require.NoError(t, err)
+		return g
+	}
+	for name, newAlg := range map[string]func() Algorithm{"Vegas": newVegas, "Gradient2": newGradient2} {
+		t.Run(name, func(t *testing.T) {
+			a := newAlg()
+			assert.Equal(t, 20, a.Update(call(UntimedRTT, 20, Success)), "an untimed success says nothing")
+			assert.Less(t, a.Update(call(UntimedRTT, 20, Dropped)), 20, "an untimed drop is overload")
+		})
+	}
+}

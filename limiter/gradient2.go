@@ -123,7 +123,14 @@ func (g *Gradient2) LongRTT() time.Duration {
 func (g *Gradient2) Update(s Sample) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if s.Outcome == Ignored || s.RTT <= 0 {
+	if s.Outcome == Ignored || (s.RTT <= 0 && s.Outcome != Dropped) {
+		return int(g.limit)
+	}
+	if s.RTT < 0 {
+		// An untimed drop (a stream) carries no RTT, but it is still
+		// overload: apply the drop's gradient without touching the RTT
+		// averages.
+		g.setLocked(0.5)
 		return int(g.limit)
 	}
 	short := s.RTT.Seconds()
@@ -144,10 +151,16 @@ func (g *Gradient2) Update(s Sample) int {
 	if s.Outcome == Dropped {
 		gradient = 0.5
 	}
+	g.setLocked(gradient)
+	return int(g.limit)
+}
+
+// setLocked moves the limit toward limit × gradient + QueueSize, within its
+// bounds, by Smoothing.
+func (g *Gradient2) setLocked(gradient float64) {
 	next := g.limit*gradient + float64(g.cfg.QueueSize)
 	next = g.limit*(1-g.cfg.Smoothing) + next*g.cfg.Smoothing
 	g.limit = min(max(next, float64(g.cfg.MinLimit)), float64(g.cfg.MaxLimit))
-	return int(g.limit)
 }
 
 func (g *Gradient2) String() string { return fmt.Sprintf("Gradient2(limit=%d)", g.Limit()) }

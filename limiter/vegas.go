@@ -133,7 +133,13 @@ func log10Step(limit float64) float64 {
 func (v *Vegas) Update(s Sample) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if s.Outcome == Ignored || s.RTT <= 0 {
+	if s.Outcome == Ignored || (s.RTT <= 0 && s.Outcome != Dropped) {
+		return int(v.limit)
+	}
+	if s.RTT < 0 {
+		// An untimed drop (a stream) carries no RTT to compare, but it
+		// is still overload: step down as a timed drop does.
+		v.setLocked(v.limit - log10Step(v.limit))
 		return int(v.limit)
 	}
 	v.probeCount++
@@ -167,9 +173,14 @@ func (v *Vegas) Update(s Sample) int {
 			return int(v.limit)
 		}
 	}
+	v.setLocked(next)
+	return int(v.limit)
+}
+
+// setLocked moves the limit toward next, within its bounds, by Smoothing.
+func (v *Vegas) setLocked(next float64) {
 	next = min(max(next, float64(v.cfg.MinLimit)), float64(v.cfg.MaxLimit))
 	v.limit = (1-v.cfg.Smoothing)*v.limit + v.cfg.Smoothing*next
-	return int(v.limit)
 }
 
 func (v *Vegas) String() string { return fmt.Sprintf("Vegas(limit=%d)", v.Limit()) }
