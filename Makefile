@@ -18,7 +18,7 @@ test:
 	done
 	@$(MAKE) --no-print-directory overload
 
-## overload: DESIGN.md's "defaults that protect" as a test, in virtual time.
+## overload: the "defaults that protect" goal (docs/design.md) as a test, in virtual time.
 overload:
 	$(GO) test -count=1 -run TestDefaultsProtect ./limiter
 

@@ -29,7 +29,7 @@ type overloadCase struct {
 	maxP99     float64
 }
 
-// TestDefaultsProtect is the product goal of DESIGN.md ("Defaults that
+// TestDefaultsProtect is the product goal of docs/design.md ("Defaults that
 // protect") as a test: an open-loop load of Poisson arrivals, each call
 // with a deadline of 10 service times, drives a simulated backend through
 // a Limiter built with no options. The whole minute runs in virtual time.

@@ -194,7 +194,7 @@ func (r results) writeMarkdown(w io.Writer) error {
 	p("")
 	p("## Targets")
 	p("")
-	p("Demo targets for the overload phases: sluice keeps goodput ≥ 90%% of ideal with p99 ≤ 3×S while the unprotected server collapses; DESIGN.md's goal is stricter (≥ 98%%, ≤ 2×S).")
+	p("Demo targets for the overload phases: sluice keeps goodput ≥ 90%% of ideal with p99 ≤ 3×S while the unprotected server collapses; the design goal (docs/design.md) is stricter (≥ 98%%, ≤ 2×S).")
 	p("")
 	for _, v := range verdicts(o, r.phases, r.runs, r.rows) {
 		p("- %s", v)

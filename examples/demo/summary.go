@@ -214,7 +214,7 @@ func fmtP99(d, s time.Duration) string {
 }
 
 // verdicts compares the sluice run's overload phases with the demo's
-// targets and with DESIGN.md's stricter goal, and the unprotected run's
+// targets and with the stricter design goal of docs/design.md, and the unprotected run's
 // with a collapse, in one line each.
 func verdicts(o options, phases []phaseSpec, runs []*runResult, rows [][]phaseRow) []string {
 	var out []string
@@ -233,7 +233,7 @@ func verdicts(o options, phases []phaseSpec, runs []*runResult, rows [][]phaseRo
 					r.Name, p.Name, row.GoodPct(), row.DeadlinePct()))
 				continue
 			}
-			out = append(out, fmt.Sprintf("%s, %s: goodput %.1f%% of ideal, p99 %s: demo target %s; DESIGN.md goal %s",
+			out = append(out, fmt.Sprintf("%s, %s: goodput %.1f%% of ideal, p99 %s: demo target %s; design goal %s",
 				r.Name, p.Name, row.GoodPct(), fmtP99(row.P99, o.S),
 				judge(row, o.S, 90, 3), judge(row, o.S, 98, 2)))
 		}
