@@ -31,7 +31,10 @@ type Result struct {
 // A Classifier decides what a finished call tells the limiter: Success
 // (room to spare), Dropped (overload: back off) or Ignored (no signal).
 // It is called once per admitted call and must be fast and safe for
-// concurrent use.
+// concurrent use. A Classifier that panics costs no permit: the call's
+// permit is released (as Ignored) and the panic goes on, like a handler's,
+// to a recovery interceptor installed outside sluice or to the caller of a
+// client call.
 type Classifier func(Result) limiter.Outcome
 
 // DefaultClassifier classifies calls as sluice's design prescribes:

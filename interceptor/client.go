@@ -118,7 +118,7 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 // end releases a finished call's permit, unless the server pushed back:
 // then the permit is kept for the pushback.
 func (c *Client) end(ctx context.Context, r *route, tok *limiter.Token, res Result, trailer *metadata.MD) {
-	o := r.t.classifier(res)
+	o := c.classify(ctx, r, tok, res)
 	if o == limiter.Dropped && r.t.maxHold > 0 && trailer != nil && code(res.Err) == codes.ResourceExhausted {
 		if d, ok := pushbackOf(*trailer); ok && d > 0 {
 			c.metrics.admitted(ctx, r.attrs, o)

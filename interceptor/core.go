@@ -161,12 +161,19 @@ func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 	if reason == reasonPriority {
 		whose = " for its priority"
 	}
-	return &rejection{
+	rej := &rejection{
 		err: status.Errorf(codes.ResourceExhausted,
 			"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",
 			c.side, r.method, s.Limit, whose, s.Inflight, s.Queued),
-		pushback: r.t.pushback(s),
+		pushback: -1,
 	}
+	if c.side == "server" {
+		// Only a server sends a pushback; a client's own rejection never
+		// reaches the network. No permit is held here: a PushbackFunc
+		// that panics costs the call, not a permit.
+		rej.pushback = r.t.pushback(s)
+	}
+	return rej
 }
 
 func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
@@ -179,8 +186,24 @@ func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 // finish releases an admitted call's permit with its outcome and records
 // it. Unary calls feed their RTT to the algorithm; streams are untimed.
 func (c *core) finish(ctx context.Context, r *route, tok *limiter.Token, res Result) limiter.Outcome {
-	o := r.t.classifier(res)
+	o := c.classify(ctx, r, tok, res)
 	c.release(ctx, r, tok, o, !res.Stream)
+	return o
+}
+
+// classify runs the Classifier on a finished call. Should it panic, the
+// call's permit is released (Ignored: a bug is no signal about capacity)
+// before the panic goes on, exactly as for a panicking handler: a bad
+// Classifier must not leak a permit per call until the limiter is empty.
+func (c *core) classify(ctx context.Context, r *route, tok *limiter.Token, res Result) limiter.Outcome {
+	ok := false
+	defer func() {
+		if !ok {
+			c.release(ctx, r, tok, limiter.Ignored, false)
+		}
+	}()
+	o := r.t.classifier(res)
+	ok = true
 	return o
 }
 
