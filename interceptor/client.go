@@ -23,7 +23,11 @@ import (
 // Client honours it by keeping that call's permit for the pushback
 // (bounded by WithMaxPushback): each rejection takes one slot out of use
 // for as long as the server asked, so a client backs off in proportion to
-// how often it is pushed back, while calls to servers with room go on.
+// how often it is pushed back, while calls to servers with room go on. A
+// negative pushback ("do not retry", gRFC A6) holds the permit for the
+// whole WithMaxPushback: the server wants no more of this work. Without a
+// trailer, or with a malformed one, or one of 0, the permit comes back at
+// once and the call's failure lowers the limit as usual.
 //
 // A stream's permit is returned exactly once however the stream ends:
 // RecvMsg returning io.EOF or an error, the context being cancelled or
@@ -120,7 +124,10 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 func (c *Client) end(ctx context.Context, r *route, tok *limiter.Token, res Result, trailer *metadata.MD) {
 	o := c.classify(ctx, r, tok, res)
 	if o == limiter.Dropped && r.t.maxHold > 0 && trailer != nil && code(res.Err) == codes.ResourceExhausted {
-		if d, ok := pushbackOf(*trailer); ok && d > 0 {
+		if d, ok := pushbackOf(*trailer); ok && d != 0 {
+			if d < 0 { // "do not retry": back off as far as we may
+				d = r.t.maxHold
+			}
 			c.metrics.admitted(ctx, r.attrs, o)
 			held := *tok
 			*tok = limiter.Token{}

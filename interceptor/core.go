@@ -114,7 +114,7 @@ func (c *core) Reload(opts ...Option) error {
 // should be told.
 type rejection struct {
 	err      error         // the status error for the caller
-	pushback time.Duration // < 0: send none
+	pushback time.Duration // the trailer (see PushbackFunc); NoPushback sends none
 }
 
 // admit takes a permit for a call of route r, waiting in the queue if the
@@ -145,10 +145,10 @@ func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) 
 	case late(ctx):
 		// Also a cancellation at the deadline: see lateMargin.
 		c.rejectedFor(ctx, r, reasonDeadline)
-		return limiter.Token{}, &rejection{err: status.FromContextError(context.DeadlineExceeded).Err(), pushback: -1}
+		return limiter.Token{}, &rejection{err: status.FromContextError(context.DeadlineExceeded).Err(), pushback: NoPushback}
 	case errors.Is(err, context.Canceled):
 		c.rejectedFor(ctx, r, reasonCanceled)
-		return limiter.Token{}, &rejection{err: status.FromContextError(err).Err(), pushback: -1}
+		return limiter.Token{}, &rejection{err: status.FromContextError(err).Err(), pushback: NoPushback}
 	}
 	return limiter.Token{}, c.reject(ctx, r, reasonLimit)
 }
@@ -165,7 +165,7 @@ func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 		err: status.Errorf(codes.ResourceExhausted,
 			"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",
 			c.side, r.method, s.Limit, whose, s.Inflight, s.Queued),
-		pushback: -1,
+		pushback: NoPushback,
 	}
 	if c.side == "server" {
 		// Only a server sends a pushback; a client's own rejection never

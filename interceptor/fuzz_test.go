@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -49,9 +50,10 @@ func FuzzMethodName(f *testing.F) {
 }
 
 // FuzzParsePushback checks that the client accepts only well-formed
-// pushbacks, and those exactly.
+// pushbacks (gRFC A6: an int32 of milliseconds, negative for "do not
+// retry"), and those exactly.
 func FuzzParsePushback(f *testing.F) {
-	for _, s := range []string{"0", "250", "-1", "+5", "1e3", "9223372036854", "9223372036855", " 5", ""} {
+	for _, s := range []string{"0", "250", "-1", "+5", "1e3", "2147483647", "2147483648", "-2147483649", "9223372036855", " 5", ""} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
@@ -62,7 +64,7 @@ func FuzzParsePushback(f *testing.F) {
 			}
 			return
 		}
-		if d < 0 || d%time.Millisecond != 0 {
+		if (d < 0 && d != DoNotRetry) || d > math.MaxInt32*time.Millisecond || (d >= 0 && d%time.Millisecond != 0) {
 			t.Fatalf("%q: accepted as %v", v, d)
 		}
 		if again, ok := ParsePushback(formatPushback(d)); !ok || again != d {

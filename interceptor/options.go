@@ -200,8 +200,8 @@ func WithPushback(f PushbackFunc) Option {
 }
 
 // WithMaxPushback bounds how long a Client honours a server's pushback (see
-// Client). Longer pushbacks are cut to d; 0 turns honouring off. The default
-// is DefaultMaxPushback.
+// Client). Longer pushbacks are cut to d, and a "do not retry" pushback
+// holds for d; 0 turns honouring off. The default is DefaultMaxPushback.
 func WithMaxPushback(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {

@@ -80,7 +80,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	tok, rej := s.admit(ctx, r)
 	if rej != nil {
-		if rej.pushback >= 0 {
+		if rej.pushback != NoPushback {
 			// The call fails either way; a trailer that cannot be set
 			// (the transport is gone) changes nothing for the caller.
 			_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, formatPushback(rej.pushback)))
@@ -107,7 +107,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	ctx := ss.Context()
 	tok, rej := s.admit(ctx, r)
 	if rej != nil {
-		if rej.pushback >= 0 {
+		if rej.pushback != NoPushback {
 			ss.SetTrailer(metadata.Pairs(PushbackKey, formatPushback(rej.pushback)))
 		}
 		return rej.err

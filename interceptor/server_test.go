@@ -184,7 +184,7 @@ func TestServerStreamHoldsPermit(t *testing.T) {
 		}
 		return s.Send(&testpb.ServerStreamResponse{})
 	}}
-	e := newEnv(t, svc, envConfig{server: []Option{WithMethod(serverStreamMethod, fixed(1)), WithPushback(func(LimiterState) time.Duration { return -1 })}, noClient: true})
+	e := newEnv(t, svc, envConfig{server: []Option{WithMethod(serverStreamMethod, fixed(1)), WithPushback(func(LimiterState) time.Duration { return NoPushback })}, noClient: true})
 
 	first, err := e.client.ServerStream(t.Context(), &testpb.ServerStreamRequest{})
 	require.NoError(t, err)
@@ -194,7 +194,7 @@ func TestServerStreamHoldsPermit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = second.Recv()
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Empty(t, second.Trailer().Get(PushbackKey), "a negative pushback sends no trailer")
+	assert.Empty(t, second.Trailer().Get(PushbackKey), "NoPushback sends no trailer")
 
 	close(b.release)
 	_, err = first.Recv()
@@ -452,29 +452,6 @@ func TestDefaultPushback(t *testing.T) {
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, DefaultPushback(LimiterState{RTT: tt.rtt}), "rtt %v", tt.rtt)
-	}
-}
-
-func TestParsePushback(t *testing.T) {
-	tests := []struct {
-		in   string
-		want time.Duration
-		ok   bool
-	}{
-		{"0", 0, true},
-		{"250", 250 * time.Millisecond, true},
-		{"9223372036854", 9223372036854 * time.Millisecond, true},
-		{"9223372036855", 0, false}, // overflows time.Duration
-		{"-1", 0, false},
-		{"", 0, false},
-		{"1.5", 0, false},
-		{"10ms", 0, false},
-		{"99999999999999999999999", 0, false},
-	}
-	for _, tt := range tests {
-		d, ok := ParsePushback(tt.in)
-		assert.Equal(t, tt.ok, ok, "%q", tt.in)
-		assert.Equal(t, tt.want, d, "%q", tt.in)
 	}
 }
 
