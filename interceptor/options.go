@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"time"
@@ -125,6 +126,8 @@ type config struct {
 	callerRate     RateLimit
 	shares         PriorityShares
 	priorityHeader string
+	trust          func(context.Context) bool // nil: nobody
+	maxClaim       Priority
 	errs           []error
 }
 
@@ -139,6 +142,7 @@ func newConfig(opts []Option) config {
 		pushback:   DefaultPushback,
 		maxHold:    DefaultMaxPushback,
 		shares:     DefaultPriorityShares,
+		maxClaim:   PriorityCritical,
 	}
 	for _, opt := range opts {
 		if opt != nil {

@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -89,7 +90,9 @@ type table struct {
 	callers        *callerLimit // nil without WithCallerRateLimit
 	shares         PriorityShares
 	priorityHeader string
-	maxHold        time.Duration // a Client's bound on honoured pushbacks
+	trust          func(context.Context) bool // whose priority header counts
+	maxClaim       Priority                   // the highest priority a header may claim
+	maxHold        time.Duration              // a Client's bound on honoured pushbacks
 
 	defGates  map[string]*gate // per-method limiters of the default Limit
 	otherGate *gate            // the overflow limiter, once made
@@ -142,6 +145,8 @@ func newTable(c *config) (*table, error) {
 		pushback:       c.pushback,
 		shares:         c.shares,
 		priorityHeader: c.priorityHeader,
+		trust:          c.trust,
+		maxClaim:       c.maxClaim,
 		maxHold:        c.maxHold,
 		defGates:       map[string]*gate{},
 	}
