@@ -95,8 +95,14 @@ func (c *core) Reload(opts ...Option) error {
 	}
 	if sameLimit(old.def, nt.def) && !nt.def.Exempt {
 		for m, g := range old.defGates {
-			nt.defGates[m] = g
-			kept = append(kept, g)
+			// Only for methods still on the default: a method that now
+			// has an entry of its own (or of its service, or is exempt)
+			// would otherwise leave its old limiter listed, under the
+			// same name as the live one.
+			if nt.onDefault(m) {
+				nt.defGates[m] = g
+				kept = append(kept, g)
+			}
 		}
 		if nt.otherGate = old.otherGate; nt.otherGate != nil {
 			kept = append(kept, nt.otherGate)
@@ -105,6 +111,10 @@ func (c *core) Reload(opts ...Option) error {
 	if old.callers != nil && nt.callers != nil && old.callers.rate == nt.callers.rate {
 		nt.callers.gcra = old.callers.gcra
 	}
+	// Calls that read the old table before the Store may still resolve
+	// a new method in it: their limiters serve them alone and are not
+	// listed (see table.retired).
+	old.retired = true
 	c.metrics.setGates(kept)
 	c.tab.Store(nt)
 	return nil
@@ -229,9 +239,11 @@ func (c *core) release(ctx context.Context, r *route, tok *limiter.Token, o limi
 // interceptors keep working.
 func (c *core) Close() error { return c.metrics.close() }
 
-// Limiters returns a snapshot of every limiter created so far, in creation
-// order. Limiters are created on a method's first call, so a method never
-// called has none yet.
+// Limiters returns a snapshot of every live limiter, in creation order,
+// one per name. Limiters are created on a method's first call, so a method
+// never called has none yet; after a Reload, a limiter that no call can
+// reach any more is no longer listed (calls it admitted still return their
+// permits to it).
 func (c *core) Limiters() []LimiterState {
 	c.metrics.mu.Lock()
 	defer c.metrics.mu.Unlock()

@@ -99,7 +99,11 @@ type table struct {
 
 	routes atomic.Pointer[map[string]*route]
 	mu     sync.Mutex // serializes route creation
-	other  *route     // overflow route, created on demand
+	// retired is set (under mu) once Reload has replaced the table: the
+	// limiters it still creates, for calls that read it just before, are
+	// not reported, since no later call can reach them.
+	retired bool
+	other   *route // overflow route, created on demand
 }
 
 // entry is one configured method or service.
@@ -308,6 +312,13 @@ func (t *table) overflowLocked(fullMethod string) *route {
 	return t.other
 }
 
+// onDefault reports whether method ("pkg.Svc/Method") falls to the
+// default Limit: no method or service entry matches it.
+func (t *table) onDefault(method string) bool {
+	service, _, _ := strings.Cut(method, "/")
+	return t.methods["/"+method] == nil && t.services[service] == nil
+}
+
 func (t *table) newGate(name string, l Limit) *gate {
 	lim, err := newLimiter(l)
 	if err != nil {
@@ -319,7 +330,7 @@ func (t *table) newGate(name string, l Limit) *gate {
 	// The bucket was validated with the Limit; it cannot fail here.
 	bucket, _ := newBucket(l.Rate)
 	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.NoQueue, bucket: bucket, rate: l.Rate, priority: l.Priority}
-	if t.onGate != nil {
+	if t.onGate != nil && !t.retired {
 		t.onGate(g)
 	}
 	return g
