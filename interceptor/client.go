@@ -33,6 +33,13 @@ import (
 // RecvMsg returning io.EOF or an error, the context being cancelled or
 // expiring, or the stream failing to start.
 //
+// Calls that no generated stub made (cc.Invoke or cc.NewStream without
+// the grpc.StaticMethod() call option that generated code passes) are
+// recorded with rpc.method and sluice.limiter "_OTHER" and share one
+// limiter of the default Limit, as semantic conventions ask for methods
+// the instrumentation does not know; configured entries still apply to
+// them (see WithMethod).
+//
 // A Client is safe for concurrent use. Install both interceptors on one
 // grpc.ClientConn with DialOptions.
 type Client struct {
@@ -85,6 +92,19 @@ func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return c.stream
 }
 
+// route resolves a call's method. Generated stubs mark their calls with
+// grpc.StaticMethod(); any other method name (cc.Invoke or cc.NewStream
+// with a name from elsewhere) is unknown, see table.lookupOther.
+func (c *Client) route(method string, opts []grpc.CallOption) *route {
+	t := c.tab.Load()
+	for _, o := range opts {
+		if _, ok := o.(grpc.StaticMethodCallOption); ok {
+			return t.lookup(method)
+		}
+	}
+	return t.lookupOther(method)
+}
+
 // unaryCall holds what a unary call needs beyond its arguments in one
 // allocation: the trailer and the extended call options.
 type unaryCall struct {
@@ -93,7 +113,7 @@ type unaryCall struct {
 }
 
 func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	r := c.tab.Load().lookup(method)
+	r := c.route(method, opts)
 	if r.gate == nil {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -165,7 +185,7 @@ type streamCall struct {
 }
 
 func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	r := c.tab.Load().lookup(method)
+	r := c.route(method, opts)
 	if r.gate == nil {
 		return streamer(ctx, desc, cc, method, opts...)
 	}

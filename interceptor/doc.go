@@ -82,5 +82,9 @@
 // with rpc.system.name = "grpc", rpc.method = "pkg.Svc/Method" (semantic
 // conventions v1.43), sluice.side, sluice.limiter, and on sluice.requests
 // sluice.decision with sluice.outcome or sluice.reason. Attribute sets are
-// computed once per method, so recording allocates nothing.
+// computed once per method, so recording allocates nothing. A method the
+// server has not registered (grpc.UnknownServiceHandler), or a client call
+// no generated stub made, is recorded as rpc.method = "_OTHER", as the
+// conventions ask, and shares the "_OTHER" limiter: callers cannot choose
+// the metrics' cardinality.
 package interceptor

@@ -23,7 +23,9 @@ const (
 	// AttrSide is "server" or "client".
 	AttrSide = attribute.Key("sluice.side")
 	// AttrLimiter names the limiter: "pkg.Svc/Method" for a per-method
-	// limiter, "pkg.Svc/" for a service's, "_OTHER" for the overflow one.
+	// limiter, "pkg.Svc/" for a service's, "_OTHER" for the one shared by
+	// methods the Server has not registered or the Client's generated
+	// stubs did not call.
 	AttrLimiter = attribute.Key("sluice.limiter")
 	// AttrDecision is "admitted" or "rejected".
 	AttrDecision = attribute.Key("sluice.decision")

@@ -18,6 +18,12 @@ import (
 // when the handler returns, on every path, panics included. Calls over the
 // limit fail with RESOURCE_EXHAUSTED and a grpc-retry-pushback-ms trailer.
 //
+// Calls of methods the grpc.Server has not registered (those a
+// grpc.UnknownServiceHandler serves) are recorded with rpc.method and
+// sluice.limiter "_OTHER" and share one limiter of the default Limit, so
+// that callers cannot choose the metrics' cardinality or mint limiters;
+// configured entries still apply to them (see WithMethod).
+//
 // A Server is safe for concurrent use. Install both interceptors on one
 // grpc.Server with ServerOptions.
 type Server struct {
@@ -100,7 +106,15 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 }
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	r := s.tab.Load().lookup(info.FullMethod)
+	var r *route
+	if srv == nil {
+		// grpc-go passes no service implementation for the calls it hands
+		// to grpc.UnknownServiceHandler: the method is not registered and
+		// its name is the caller's choice.
+		r = s.tab.Load().lookupOther(info.FullMethod)
+	} else {
+		r = s.tab.Load().lookup(info.FullMethod)
+	}
 	if r.gate == nil {
 		return handler(srv, ss)
 	}

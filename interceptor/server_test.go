@@ -390,9 +390,10 @@ func TestRoutesAreBounded(t *testing.T) {
 	}
 	assert.LessOrEqual(t, len(*s.tab.Load().routes.Load()), maxRoutes)
 	r := s.tab.Load().lookup("/gen.Svc/Late")
-	assert.Equal(t, otherMethod, r.method)
 	assert.Equal(t, otherMethod, r.gate.name)
-	assert.Same(t, r, s.tab.Load().lookup("/gen.Svc/Later"), "overflow methods share one route")
+	later := s.tab.Load().lookup("/gen.Svc/Later")
+	assert.Same(t, r.gate, later.gate, "overflow methods share one limiter")
+	assert.Same(t, r.attrs, later.attrs, "and one set of attributes, rpc.method _OTHER")
 	assert.Equal(t, 2, gateOf(s.core, unaryMethod).lim.Limit(), "configured methods keep their limiter past the bound")
 }
 
