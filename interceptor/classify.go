@@ -34,7 +34,8 @@ type Result struct {
 // concurrent use. A Classifier that panics costs no permit: the call's
 // permit is released (as Ignored) and the panic goes on, like a handler's,
 // to a recovery interceptor installed outside sluice or to the caller of a
-// client call.
+// client call. (A client stream's Classifier runs where the stream ends,
+// possibly in a goroutine of gRPC's, where a panic ends the program.)
 type Classifier func(Result) limiter.Outcome
 
 // DefaultClassifier classifies calls as sluice's design prescribes:
