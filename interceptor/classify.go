@@ -33,7 +33,11 @@ type Result struct {
 // A Classifier decides what a finished call tells the limiter: Success
 // (room to spare), Dropped (overload: back off) or Ignored (no signal).
 // It is called once per admitted call and must be fast and safe for
-// concurrent use.
+// concurrent use. A Classifier that panics costs no permit: the call's
+// permit is released (as Ignored) and the panic goes on, like a handler's,
+// to a recovery interceptor installed outside sluice or to the caller of a
+// client call. (A client stream's Classifier runs where the stream ends,
+// possibly in a goroutine of gRPC's, where a panic ends the program.)
 type Classifier func(Result) limiter.Outcome
 
 // DefaultClassifier classifies calls as sluice's design prescribes:
@@ -113,10 +117,30 @@ type LimiterState struct {
 	OverrideUntil time.Time
 }
 
-// A PushbackFunc returns how long a rejected caller should wait before it
-// tries again, sent in the grpc-retry-pushback-ms trailer. A negative
-// duration sends no trailer, which tells gRPC's retry policy not to retry.
+// A PushbackFunc tells a rejected caller when to try again, in the
+// grpc-retry-pushback-ms trailer of a server's rejection (gRFC A6):
+//
+//	d >= 0      retry after d, sent in whole milliseconds, at most
+//	            math.MaxInt32 of them (about 24.8 days)
+//	DoNotRetry  (or any other negative d but NoPushback) "-1": do not
+//	            retry this call
+//	NoPushback  no trailer: the caller's retry policy applies its
+//	            ordinary exponential backoff
+//
+// Only a Server calls it, once per rejection, with no permit held: a
+// PushbackFunc that panics fails the rejected call (the panic goes on to
+// a recovery interceptor outside sluice) and costs no permit.
 type PushbackFunc func(LimiterState) time.Duration
+
+// Special PushbackFunc results; see PushbackFunc.
+const (
+	// DoNotRetry asks the caller not to retry: gRPC's retry policy gives
+	// the call up, and a sluice Client holds back (see Client).
+	DoNotRetry time.Duration = -1
+	// NoPushback sends no trailer, leaving the caller to its ordinary
+	// backoff.
+	NoPushback time.Duration = math.MinInt64
+)
 
 // Bounds of DefaultPushback.
 const (
@@ -143,19 +167,32 @@ const PushbackKey = "grpc-retry-pushback-ms"
 // WithMaxPushback says otherwise.
 const DefaultMaxPushback = 2 * time.Second
 
-// formatPushback renders d for the PushbackKey trailer.
+// maxPushbackMillis is the largest pushback the trailer can carry: gRFC
+// A6 defines it as a signed 32-bit count of milliseconds.
+const maxPushbackMillis = math.MaxInt32
+
+// formatPushback renders d for the PushbackKey trailer: whole
+// milliseconds, clamped to what an int32 holds, or "-1" for a negative d.
 func formatPushback(d time.Duration) string {
-	return strconv.FormatInt(d.Milliseconds(), 10)
+	if d < 0 {
+		return "-1"
+	}
+	return strconv.FormatInt(min(d.Milliseconds(), maxPushbackMillis), 10)
 }
 
-// ParsePushback reads a PushbackKey trailer value. It reports ok = false
-// for anything but a non-negative decimal integer of milliseconds that fits
-// a time.Duration, the values gRFC A6 defines; a client must then not hold
-// back on the server's word.
+// ParsePushback reads a PushbackKey trailer value, a decimal integer of
+// milliseconds that fits an int32 (gRFC A6). A negative value asks the
+// caller not to retry: ParsePushback returns DoNotRetry for it. Anything
+// else (empty, fractional, with a unit, out of the int32 range) reports
+// ok = false: a client must then not act on the server's word, and falls
+// back to its ordinary backoff.
 func ParsePushback(v string) (d time.Duration, ok bool) {
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+	ms, err := strconv.ParseInt(v, 10, 32)
+	switch {
+	case err != nil:
 		return 0, false
+	case ms < 0:
+		return DoNotRetry, true
 	}
 	return time.Duration(ms) * time.Millisecond, true
 }

@@ -23,11 +23,22 @@ import (
 // Client honours it by keeping that call's permit for the pushback
 // (bounded by WithMaxPushback): each rejection takes one slot out of use
 // for as long as the server asked, so a client backs off in proportion to
-// how often it is pushed back, while calls to servers with room go on.
+// how often it is pushed back, while calls to servers with room go on. A
+// negative pushback ("do not retry", gRFC A6) holds the permit for the
+// whole WithMaxPushback: the server wants no more of this work. Without a
+// trailer, or with a malformed one, or one of 0, the permit comes back at
+// once and the call's failure lowers the limit as usual.
 //
 // A stream's permit is returned exactly once however the stream ends:
 // RecvMsg returning io.EOF or an error, the context being cancelled or
 // expiring, or the stream failing to start.
+//
+// Calls that no generated stub made (cc.Invoke or cc.NewStream without
+// the grpc.StaticMethod() call option that generated code passes) are
+// recorded with rpc.method and sluice.limiter "_OTHER" and share one
+// limiter of the default Limit, as semantic conventions ask for methods
+// the instrumentation does not know; configured entries still apply to
+// them (see WithMethod).
 //
 // A Client is safe for concurrent use. Install both interceptors on one
 // grpc.ClientConn with DialOptions.
@@ -81,6 +92,19 @@ func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return c.stream
 }
 
+// route resolves a call's method. Generated stubs mark their calls with
+// grpc.StaticMethod(); any other method name (cc.Invoke or cc.NewStream
+// with a name from elsewhere) is unknown, see table.lookupOther.
+func (c *Client) route(method string, opts []grpc.CallOption) *route {
+	t := c.tab.Load()
+	for _, o := range opts {
+		if _, ok := o.(grpc.StaticMethodCallOption); ok {
+			return t.lookup(method)
+		}
+	}
+	return t.lookupOther(method)
+}
+
 // unaryCall holds what a unary call needs beyond its arguments in one
 // allocation: the trailer and the extended call options.
 type unaryCall struct {
@@ -89,7 +113,7 @@ type unaryCall struct {
 }
 
 func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	r := c.tab.Load().lookup(method)
+	r := c.route(method, opts)
 	if r.gate == nil {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -118,9 +142,12 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 // end releases a finished call's permit, unless the server pushed back:
 // then the permit is kept for the pushback.
 func (c *Client) end(ctx context.Context, r *route, tok *limiter.Token, res Result, trailer *metadata.MD) {
-	o := r.t.classifier(res)
+	o := c.classify(ctx, r, tok, res)
 	if o == limiter.Dropped && r.t.maxHold > 0 && trailer != nil && code(res.Err) == codes.ResourceExhausted {
-		if d, ok := pushbackOf(*trailer); ok && d > 0 {
+		if d, ok := pushbackOf(*trailer); ok && d != 0 {
+			if d < 0 { // "do not retry": back off as far as we may
+				d = r.t.maxHold
+			}
 			c.metrics.admitted(ctx, r.attrs, o)
 			held := *tok
 			*tok = limiter.Token{}
@@ -158,7 +185,7 @@ type streamCall struct {
 }
 
 func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	r := c.tab.Load().lookup(method)
+	r := c.route(method, opts)
 	if r.gate == nil {
 		return streamer(ctx, desc, cc, method, opts...)
 	}

@@ -79,7 +79,8 @@ func TestClientHonoursPushback(t *testing.T) {
 		{"held for the server's pushback", nil, 250 * time.Millisecond, []time.Duration{250 * time.Millisecond}},
 		{"held no longer than WithMaxPushback", []Option{WithMaxPushback(100 * time.Millisecond)}, time.Hour, []time.Duration{100 * time.Millisecond}},
 		{"not held when honouring is off", []Option{WithMaxPushback(0)}, 250 * time.Millisecond, nil},
-		{"not held without a pushback trailer", nil, -1, nil},
+		{"not held without a pushback trailer", nil, NoPushback, nil},
+		{"held for WithMaxPushback when told not to retry", []Option{WithMaxPushback(100 * time.Millisecond)}, DoNotRetry, []time.Duration{100 * time.Millisecond}},
 		{"not held for a zero pushback", nil, 0, nil},
 	}
 	for _, tt := range tests {
@@ -314,7 +315,8 @@ func TestPushbackOf(t *testing.T) {
 		{"absent", metadata.MD{}, 0, false},
 		{"one value", metadata.Pairs(PushbackKey, "40"), 40 * time.Millisecond, true},
 		{"two values", metadata.Pairs(PushbackKey, "40", PushbackKey, "50"), 0, false},
-		{"negative", metadata.Pairs(PushbackKey, "-40"), 0, false},
+		{"negative: do not retry", metadata.Pairs(PushbackKey, "-40"), DoNotRetry, true},
+		{"over int32", metadata.Pairs(PushbackKey, "2147483648"), 0, false},
 		{"huge", metadata.Pairs(PushbackKey, "99999999999999999999"), 0, false},
 		{"garbage", metadata.Pairs(PushbackKey, "soon"), 0, false},
 	}

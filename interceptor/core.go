@@ -95,8 +95,14 @@ func (c *core) Reload(opts ...Option) error {
 	}
 	if sameLimit(old.def, nt.def) && !nt.def.Exempt {
 		for m, g := range old.defGates {
-			nt.defGates[m] = g
-			kept = append(kept, g)
+			// Only for methods still on the default: a method that now
+			// has an entry of its own (or of its service, or is exempt)
+			// would otherwise leave its old limiter listed, under the
+			// same name as the live one.
+			if nt.onDefault(m) {
+				nt.defGates[m] = g
+				kept = append(kept, g)
+			}
 		}
 		if nt.otherGate = old.otherGate; nt.otherGate != nil {
 			kept = append(kept, nt.otherGate)
@@ -105,6 +111,10 @@ func (c *core) Reload(opts ...Option) error {
 	if old.callers != nil && nt.callers != nil && old.callers.rate == nt.callers.rate {
 		nt.callers.gcra = old.callers.gcra
 	}
+	// Calls that read the old table before the Store may still resolve
+	// a new method in it: their limiters serve them alone and are not
+	// listed (see table.retired).
+	old.retired = true
 	c.metrics.setGates(kept)
 	c.tab.Store(nt)
 	return nil
@@ -114,7 +124,7 @@ func (c *core) Reload(opts ...Option) error {
 // should be told.
 type rejection struct {
 	err      error         // the status error for the caller
-	pushback time.Duration // < 0: send none
+	pushback time.Duration // the trailer (see PushbackFunc); NoPushback sends none
 }
 
 // admit takes a permit for a call of route r, waiting in the queue if the
@@ -145,10 +155,10 @@ func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) 
 	case late(ctx):
 		// Also a cancellation at the deadline: see lateMargin.
 		c.rejectedFor(ctx, r, reasonDeadline)
-		return limiter.Token{}, &rejection{err: status.FromContextError(context.DeadlineExceeded).Err(), pushback: -1}
+		return limiter.Token{}, &rejection{err: status.FromContextError(context.DeadlineExceeded).Err(), pushback: NoPushback}
 	case errors.Is(err, context.Canceled):
 		c.rejectedFor(ctx, r, reasonCanceled)
-		return limiter.Token{}, &rejection{err: status.FromContextError(err).Err(), pushback: -1}
+		return limiter.Token{}, &rejection{err: status.FromContextError(err).Err(), pushback: NoPushback}
 	}
 	return limiter.Token{}, c.reject(ctx, r, reasonLimit)
 }
@@ -161,12 +171,19 @@ func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 	if reason == reasonPriority {
 		whose = " for its priority"
 	}
-	return &rejection{
+	rej := &rejection{
 		err: status.Errorf(codes.ResourceExhausted,
 			"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",
 			c.side, r.method, s.Limit, whose, s.Inflight, s.Queued),
-		pushback: r.t.pushback(s),
+		pushback: NoPushback,
 	}
+	if c.side == "server" {
+		// Only a server sends a pushback; a client's own rejection never
+		// reaches the network. No permit is held here: a PushbackFunc
+		// that panics costs the call, not a permit.
+		rej.pushback = r.t.pushback(s)
+	}
+	return rej
 }
 
 func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
@@ -179,8 +196,24 @@ func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 // finish releases an admitted call's permit with its outcome and records
 // it. Unary calls feed their RTT to the algorithm; streams are untimed.
 func (c *core) finish(ctx context.Context, r *route, tok *limiter.Token, res Result) limiter.Outcome {
-	o := r.t.classifier(res)
+	o := c.classify(ctx, r, tok, res)
 	c.release(ctx, r, tok, o, !res.Stream)
+	return o
+}
+
+// classify runs the Classifier on a finished call. Should it panic, the
+// call's permit is released (Ignored: a bug is no signal about capacity)
+// before the panic goes on, exactly as for a panicking handler: a bad
+// Classifier must not leak a permit per call until the limiter is empty.
+func (c *core) classify(ctx context.Context, r *route, tok *limiter.Token, res Result) limiter.Outcome {
+	ok := false
+	defer func() {
+		if !ok {
+			c.release(ctx, r, tok, limiter.Ignored, false)
+		}
+	}()
+	o := r.t.classifier(res)
+	ok = true
 	return o
 }
 
@@ -206,9 +239,11 @@ func (c *core) release(ctx context.Context, r *route, tok *limiter.Token, o limi
 // interceptors keep working.
 func (c *core) Close() error { return c.metrics.close() }
 
-// Limiters returns a snapshot of every limiter created so far, in creation
-// order. Limiters are created on a method's first call, so a method never
-// called has none yet.
+// Limiters returns a snapshot of every live limiter, in creation order,
+// one per name. Limiters are created on a method's first call, so a method
+// never called has none yet; after a Reload, a limiter that no call can
+// reach any more is no longer listed (calls it admitted still return their
+// permits to it).
 func (c *core) Limiters() []LimiterState {
 	c.metrics.mu.Lock()
 	defer c.metrics.mu.Unlock()

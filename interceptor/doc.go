@@ -36,11 +36,14 @@
 // # Priorities
 //
 // Each call has a Priority: its Limit's, or the one it names in the header
-// set with WithPriorityHeader. As calls in flight near the limit, lower
-// priorities are rejected first (PriorityShares): by default sheddable
-// calls may use half of the limit, default and critical calls all of it.
-// Admission of every priority is one atomic step on the same counter, so
-// together they never exceed the limit.
+// set with WithPriorityHeader. A server believes that header only from the
+// callers WithTrustedPeers or WithPriorityTrust names (by default nobody:
+// any client could claim "critical"), takes its last value (the one an edge
+// proxy appended) and caps it with WithMaxClaimedPriority. As calls in
+// flight near the limit, lower priorities are rejected first
+// (PriorityShares): by default sheddable calls may use half of the limit,
+// default and critical calls all of it. Admission of every priority is one
+// atomic step on the same counter, so together they never exceed the limit.
 //
 // # Configuration files
 //
@@ -79,5 +82,9 @@
 // with rpc.system.name = "grpc", rpc.method = "pkg.Svc/Method" (semantic
 // conventions v1.43), sluice.side, sluice.limiter, and on sluice.requests
 // sluice.decision with sluice.outcome or sluice.reason. Attribute sets are
-// computed once per method, so recording allocates nothing.
+// computed once per method, so recording allocates nothing. A method the
+// server has not registered (grpc.UnknownServiceHandler), or a client call
+// no generated stub made, is recorded as rpc.method = "_OTHER", as the
+// conventions ask, and shares the "_OTHER" limiter: callers cannot choose
+// the metrics' cardinality.
 package interceptor

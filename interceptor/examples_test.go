@@ -102,3 +102,28 @@ func ExampleWithCallerRateLimit() {
 	_ = grpc.NewServer(opts...)
 	// Output:
 }
+
+// Priorities named by a header that only the edge proxies may set: the
+// header of any other caller is ignored, and even the proxies cannot
+// claim more than default priority for a call.
+func ExampleWithTrustedPeers() {
+	opts, err := interceptor.ServerOptions(
+		interceptor.WithPriorityHeader("x-priority"),
+		interceptor.WithTrustedPeers("10.20.0.0/16", "fd00:20::/32"),
+		interceptor.WithMaxClaimedPriority(interceptor.PriorityDefault),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = grpc.NewServer(opts...)
+	// Output:
+}
+
+// A server that should tell rejected callers not to retry at all.
+func ExampleDoNotRetry() {
+	_, err := interceptor.ServerOptions(interceptor.WithPushback(func(interceptor.LimiterState) time.Duration {
+		return interceptor.DoNotRetry
+	}))
+	fmt.Println(err)
+	// Output: <nil>
+}

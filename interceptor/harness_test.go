@@ -63,6 +63,7 @@ type envConfig struct {
 	outer          []grpc.UnaryServerInterceptor
 	outerStream    []grpc.StreamServerInterceptor
 	register       func(*grpc.Server)
+	serverOpts     []grpc.ServerOption // more options for grpc.NewServer
 }
 
 // newEnv starts the service and registers cleanups that stop it and check
@@ -75,6 +76,7 @@ func newEnv(t *testing.T, svc *testpb.Service, ec envConfig) *env {
 	// permit checks after it see the final state.
 	sopts = append(sopts, grpc.WaitForHandlers(true),
 		grpc.ChainUnaryInterceptor(ec.outer...), grpc.ChainStreamInterceptor(ec.outerStream...))
+	sopts = append(sopts, ec.serverOpts...)
 	if !ec.noServer {
 		s, err := NewServer(ec.server...)
 		require.NoError(t, err)

@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,7 +23,9 @@ const (
 	// AttrSide is "server" or "client".
 	AttrSide = attribute.Key("sluice.side")
 	// AttrLimiter names the limiter: "pkg.Svc/Method" for a per-method
-	// limiter, "pkg.Svc/" for a service's, "_OTHER" for the overflow one.
+	// limiter, "pkg.Svc/" for a service's, "_OTHER" for the one shared by
+	// methods the Server has not registered or the Client's generated
+	// stubs did not call.
 	AttrLimiter = attribute.Key("sluice.limiter")
 	// AttrDecision is "admitted" or "rejected".
 	AttrDecision = attribute.Key("sluice.decision")
@@ -125,12 +128,15 @@ func newMetrics(p metric.MeterProvider, side string) (*metrics, error) {
 	return m, nil
 }
 
-// addGate starts observing g's limit, in-flight count and queue.
+// addGate starts observing g's limit, in-flight count and queue. A
+// limiter of the same name is no longer observed: the newest is the live
+// one, and two series under one name would be merged into nonsense.
 func (m *metrics) addGate(g *gate) {
 	set := attribute.NewSet(semconv.RPCSystemNameGRPC, m.side, AttrLimiter.String(g.name))
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gates = slices.DeleteFunc(m.gates, func(ga gateAttrs) bool { return ga.g.name == g.name })
 	m.gates = append(m.gates, gateAttrs{g, []metric.ObserveOption{metric.WithAttributeSet(set)}})
-	m.mu.Unlock()
 }
 
 // setGates replaces the observed limiters by gs (after a Reload, the

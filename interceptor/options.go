@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"time"
@@ -125,6 +126,8 @@ type config struct {
 	callerRate     RateLimit
 	shares         PriorityShares
 	priorityHeader string
+	trust          func(context.Context) bool // nil: nobody
+	maxClaim       Priority
 	errs           []error
 }
 
@@ -139,6 +142,7 @@ func newConfig(opts []Option) config {
 		pushback:   DefaultPushback,
 		maxHold:    DefaultMaxPushback,
 		shares:     DefaultPriorityShares,
+		maxClaim:   PriorityCritical,
 	}
 	for _, opt := range opts {
 		if opt != nil {
@@ -200,8 +204,8 @@ func WithPushback(f PushbackFunc) Option {
 }
 
 // WithMaxPushback bounds how long a Client honours a server's pushback (see
-// Client). Longer pushbacks are cut to d; 0 turns honouring off. The default
-// is DefaultMaxPushback.
+// Client). Longer pushbacks are cut to d, and a "do not retry" pushback
+// holds for d; 0 turns honouring off. The default is DefaultMaxPushback.
 func WithMaxPushback(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {

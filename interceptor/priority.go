@@ -2,11 +2,15 @@ package interceptor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -77,10 +81,19 @@ func WithPriorityShares(s PriorityShares) Option {
 
 // WithPriorityHeader lets each call name its priority in the metadata
 // header key ("critical", "default" or "sheddable"), overriding its
-// method's Limit.Priority. A server reads the incoming header, a client
-// the outgoing one. Unknown values are ignored. Callers can raise their
-// own priority this way: set the header at a trusted edge, or strip it
-// from untrusted traffic.
+// method's Limit.Priority.
+//
+// A server believes the header only from trusted callers, since anyone
+// could otherwise claim "critical" and skip the shedding meant for them:
+// WithTrustedPeers or WithPriorityTrust says who (your edge proxies, say),
+// and by default nobody is, so the header is ignored. When the header
+// appears more than once (or as one comma-separated value), the last
+// value counts: a proxy that appends its verdict overrides what the client
+// sent, rather than the other way round. An unknown last value is no
+// claim. WithMaxClaimedPriority caps what a header may claim.
+//
+// A client reads its own outgoing header, set by the application: it
+// needs no trust, and the cap applies.
 func WithPriorityHeader(key string) Option {
 	return func(c *config) {
 		if strings.TrimSpace(key) == "" {
@@ -91,22 +104,136 @@ func WithPriorityHeader(key string) Option {
 	}
 }
 
-// priority returns the priority of a call of route r.
-func (c *core) priority(ctx context.Context, r *route) Priority {
-	if r.t.priorityHeader != "" {
-		var md metadata.MD
-		if c.side == "server" {
-			md, _ = metadata.FromIncomingContext(ctx)
-		} else {
-			md, _ = metadata.FromOutgoingContext(ctx)
-		}
-		if v := md.Get(r.t.priorityHeader); len(v) > 0 {
-			if p, ok := ParsePriority(v[0]); ok {
-				return p
+// WithTrustedPeers makes a server believe the priority header (see
+// WithPriorityHeader) of calls whose connection comes from one of
+// networks: IP addresses ("192.0.2.7") or CIDR networks ("10.0.0.0/8",
+// "fd00::/8"), typically the proxies that set the header. Any other
+// caller's header is ignored. It replaces WithPriorityTrust.
+func WithTrustedPeers(networks ...string) Option {
+	return func(c *config) {
+		var nets []netip.Prefix
+		for _, n := range networks {
+			p, err := parseNetwork(n)
+			if err != nil {
+				c.errs = append(c.errs, fmt.Errorf("interceptor: WithTrustedPeers(%q): want an IP address or a network in CIDR notation, such as \"10.0.0.0/8\" or \"fd00::/8\"", n))
+				continue
 			}
+			nets = append(nets, p)
+		}
+		c.trust = func(ctx context.Context) bool {
+			addr, ok := peerAddr(ctx)
+			if !ok {
+				return false
+			}
+			for _, p := range nets {
+				if p.Contains(addr) {
+					return true
+				}
+			}
+			return false
 		}
 	}
-	return r.gate.priority
+}
+
+// WithPriorityTrust makes a server believe the priority header (see
+// WithPriorityHeader) of the calls for which trusted returns true, for
+// trust that an address cannot express: an authenticated peer identity,
+// a mTLS certificate. trusted runs once per call with a header and must be
+// fast and safe for concurrent use. It replaces WithTrustedPeers.
+func WithPriorityTrust(trusted func(ctx context.Context) bool) Option {
+	return func(c *config) {
+		if trusted == nil {
+			c.errs = append(c.errs, errors.New("interceptor: WithPriorityTrust(nil): a func is required; omit the option to trust no caller"))
+			return
+		}
+		c.trust = trusted
+	}
+}
+
+// WithMaxClaimedPriority caps the priority a header may claim (see
+// WithPriorityHeader): higher claims are lowered to p. Use it when even
+// trusted callers should not be able to claim critical work, leaving that
+// to the methods whose Limit.Priority says so. The default cap is
+// PriorityCritical, no cap.
+func WithMaxClaimedPriority(p Priority) Option {
+	return func(c *config) {
+		if p < PrioritySheddable || p > PriorityCritical {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithMaxClaimedPriority(%v): want PriorityCritical, PriorityDefault or PrioritySheddable", p))
+			return
+		}
+		c.maxClaim = p
+	}
+}
+
+// parseNetwork reads "10.0.0.0/8" or a single address, "10.1.2.3". An
+// IPv4 network written in IPv6 ("::ffff:10.0.0.0/104") is kept as IPv4,
+// the form peerAddr gives.
+func parseNetwork(s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), nil
+}
+
+// peerAddr returns the remote IP address of a server call.
+func peerAddr(ctx context.Context) (netip.Addr, bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return netip.Addr{}, false
+	}
+	if a, ok := p.Addr.(*net.TCPAddr); ok {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		return ip.Unmap(), ok
+	}
+	ap, err := netip.ParseAddrPort(p.Addr.String())
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}
+
+// priority returns the priority of a call of route r: the one its header
+// claims, if the header is configured, the caller trusted and the claim
+// valid (capped by WithMaxClaimedPriority); else its Limit's.
+func (c *core) priority(ctx context.Context, r *route) Priority {
+	t := r.t
+	if t.priorityHeader == "" {
+		return r.gate.priority
+	}
+	var md metadata.MD
+	if c.side == "server" {
+		md, _ = metadata.FromIncomingContext(ctx)
+	} else {
+		md, _ = metadata.FromOutgoingContext(ctx)
+	}
+	v := md.Get(t.priorityHeader)
+	if len(v) == 0 {
+		return r.gate.priority
+	}
+	if c.side == "server" && (t.trust == nil || !t.trust(ctx)) {
+		return r.gate.priority
+	}
+	last := v[len(v)-1]
+	if i := strings.LastIndexByte(last, ','); i >= 0 {
+		last = last[i+1:]
+	}
+	p, ok := ParsePriority(last)
+	if !ok {
+		return r.gate.priority
+	}
+	return min(p, t.maxClaim)
 }
 
 // reserve returns how many permits a call of priority p must leave free.

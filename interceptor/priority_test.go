@@ -2,6 +2,8 @@ package interceptor
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/internal/testpb"
@@ -21,8 +24,113 @@ func withPriority(p string) context.Context {
 	return metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-priority", p))
 }
 
+// trustAll believes every caller's priority header.
+func trustAll(context.Context) bool { return true }
+
+// fromPeer is a server call's context with the remote address addr and
+// the x-priority header values vs.
+func fromPeer(addr string, vs ...string) context.Context {
+	md := metadata.MD{}
+	for _, v := range vs {
+		md.Append("x-priority", v)
+	}
+	ctx := metadata.NewIncomingContext(context.Background(), md)
+	if addr == "" {
+		return ctx
+	}
+	return peer.NewContext(ctx, &peer.Peer{Addr: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(addr))})
+}
+
+// Attack: any client could claim critical priority, and when an edge
+// proxy appended its own value the client's (first) one won.
+func TestPriorityHeaderTrust(t *testing.T) {
+	limit := WithMethod(unaryMethod, Limit{Algorithm: Fixed(4), Priority: PrioritySheddable})
+	edge := WithTrustedPeers("10.0.0.0/8", "2001:db8::1")
+	tests := []struct {
+		name string
+		opts []Option
+		ctx  context.Context
+		want Priority
+	}{
+		{"untrusted by default", nil, fromPeer("203.0.113.9:5000", "critical"), PrioritySheddable},
+		{"no peer, no trust", []Option{edge}, fromPeer("", "critical"), PrioritySheddable},
+		{"peer outside the trusted networks", []Option{edge}, fromPeer("203.0.113.9:5000", "critical"), PrioritySheddable},
+		{"trusted network", []Option{edge}, fromPeer("10.1.2.3:5000", "critical"), PriorityCritical},
+		{"trusted single address", []Option{edge}, fromPeer("[2001:db8::1]:443", "default"), PriorityDefault},
+		{"IPv4 mapped in IPv6", []Option{edge}, fromPeer("[::ffff:10.1.2.3]:5000", "critical"), PriorityCritical},
+		{"the edge's appended value wins", []Option{edge}, fromPeer("10.1.2.3:5000", "critical", "sheddable"), PrioritySheddable},
+		{"last of a joined value wins", []Option{edge}, fromPeer("10.1.2.3:5000", "critical, default"), PriorityDefault},
+		{"unknown last value: no claim", []Option{edge}, fromPeer("10.1.2.3:5000", "critical", "urgent!"), PrioritySheddable},
+		{"claims above the cap are lowered", []Option{edge, WithMaxClaimedPriority(PriorityDefault)}, fromPeer("10.1.2.3:5000", "critical"), PriorityDefault},
+		{"claims below the cap stand", []Option{edge, WithMaxClaimedPriority(PriorityDefault)}, fromPeer("10.1.2.3:5000", "sheddable"), PrioritySheddable},
+		{"trust func", []Option{WithPriorityTrust(trustAll)}, fromPeer("", "critical"), PriorityCritical},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewServer(append([]Option{WithPriorityHeader("x-priority"), limit}, tt.opts...)...)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, s.Close()) }()
+			assert.Equal(t, tt.want, s.priority(tt.ctx, s.tab.Load().lookup(unaryMethod)))
+		})
+	}
+}
+
+// A client reads its own outgoing header: no trust needed, the cap holds.
+func TestClientPriorityHeader(t *testing.T) {
+	c, err := NewClient(WithPriorityHeader("x-priority"), WithMaxClaimedPriority(PriorityDefault))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.Close()) }()
+	r := c.tab.Load().lookup(unaryMethod)
+	out := func(v string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "x-priority", v)
+	}
+	assert.Equal(t, PrioritySheddable, c.priority(out("sheddable"), r))
+	assert.Equal(t, PriorityDefault, c.priority(out("critical"), r))
+}
+
+// The trust check runs over gRPC with the real peer address.
+func TestPriorityTrustOverGRPC(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		trusted string
+		want    codes.Code
+	}{
+		{"loopback trusted: the sheddable claim counts", "127.0.0.0/8", codes.ResourceExhausted},
+		{"loopback untrusted: the claim is ignored", "10.0.0.0/8", codes.OK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBlock()
+			svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+				if _, ok := metadata.FromIncomingContext(ctx); ok && len(metadata.ValueFromIncomingContext(ctx, "x-priority")) > 0 {
+					return &testpb.UnaryResponse{}, nil
+				}
+				return &testpb.UnaryResponse{}, b.wait(ctx)
+			}}
+			e := newEnv(t, svc, envConfig{
+				server:   []Option{WithMethod(unaryMethod, fixed(2)), WithPriorityHeader("x-priority"), WithTrustedPeers(tt.trusted)},
+				noClient: true,
+			})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+				assert.NoError(t, err)
+			})
+			b.awaitEntered(t, 1)
+			ctx := metadata.AppendToOutgoingContext(t.Context(), "x-priority", "sheddable")
+			_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+			assert.Equal(t, tt.want, status.Code(err))
+			if tt.want == codes.OK {
+				e.awaitRelease(t, "server")
+			}
+			close(b.release)
+			wg.Wait()
+			e.awaitRelease(t, "server")
+		})
+	}
+}
+
 func TestPrioritySheddingOrder(t *testing.T) {
-	s, err := NewServer(WithDefault(fixed(10)), WithPriorityHeader("X-Priority"),
+	s, err := NewServer(WithDefault(fixed(10)), WithPriorityHeader("X-Priority"), WithPriorityTrust(trustAll),
 		WithPriorityShares(PriorityShares{Default: 0.9, Sheddable: 0.5}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
@@ -62,7 +170,7 @@ func TestPrioritySheddingOrder(t *testing.T) {
 }
 
 func TestPriorityFromLimitAndHeader(t *testing.T) {
-	s, err := NewServer(WithPriorityHeader("x-priority"),
+	s, err := NewServer(WithPriorityHeader("x-priority"), WithPriorityTrust(trustAll),
 		WithMethod(unaryMethod, Limit{Algorithm: Fixed(4), Priority: PrioritySheddable}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
@@ -84,7 +192,7 @@ func TestPriorityFromLimitAndHeader(t *testing.T) {
 
 func TestPriorityNeverExceedsLimit(t *testing.T) {
 	const limit = 8
-	s, err := NewServer(WithDefault(fixed(limit)), WithPriorityHeader("x-priority"),
+	s, err := NewServer(WithDefault(fixed(limit)), WithPriorityHeader("x-priority"), WithPriorityTrust(trustAll),
 		WithPriorityShares(PriorityShares{Default: 0.75, Sheddable: 0.25}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
@@ -117,7 +225,7 @@ func TestPriorityOverGRPC(t *testing.T) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
 	e := newEnv(t, svc, envConfig{
-		server:   []Option{WithMethod(unaryMethod, fixed(2)), WithPriorityHeader("x-priority")},
+		server:   []Option{WithMethod(unaryMethod, fixed(2)), WithPriorityHeader("x-priority"), WithTrustedPeers("127.0.0.1/32", "::1/128")},
 		noClient: true,
 	})
 	var wg sync.WaitGroup
@@ -150,6 +258,12 @@ func TestPriorityErrors(t *testing.T) {
 			"interceptor: WithPriorityShares({Default:0 Sheddable:0}): want 0 < Sheddable <= Default <= 1"},
 		{"empty header", WithPriorityHeader(" "),
 			`interceptor: WithPriorityHeader(" "): a metadata key is required`},
+		{"bad trusted network", WithTrustedPeers("10.0.0.0/8", "10.0.0/8"),
+			`interceptor: WithTrustedPeers("10.0.0/8"): want an IP address or a network in CIDR notation, such as "10.0.0.0/8" or "fd00::/8"`},
+		{"nil trust func", WithPriorityTrust(nil),
+			"interceptor: WithPriorityTrust(nil): a func is required; omit the option to trust no caller"},
+		{"cap out of range", WithMaxClaimedPriority(3),
+			"interceptor: WithMaxClaimedPriority(Priority(3)): want PriorityCritical, PriorityDefault or PrioritySheddable"},
 		{"priority out of range", WithDefault(Limit{Priority: 7}),
 			"interceptor: WithDefault: Limit.Priority is 7, must be PriorityCritical, PriorityDefault or PrioritySheddable"},
 	}

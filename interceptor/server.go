@@ -19,6 +19,12 @@ import (
 // when the handler returns, on every path, panics included. Calls over the
 // limit fail with RESOURCE_EXHAUSTED and a grpc-retry-pushback-ms trailer.
 //
+// Calls of methods the grpc.Server has not registered (those a
+// grpc.UnknownServiceHandler serves) are recorded with rpc.method and
+// sluice.limiter "_OTHER" and share one limiter of the default Limit, so
+// that callers cannot choose the metrics' cardinality or mint limiters;
+// configured entries still apply to them (see WithMethod).
+//
 // A Server is safe for concurrent use. Install both interceptors on one
 // grpc.Server with ServerOptions.
 type Server struct {
@@ -82,7 +88,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	arrived := time.Now()
 	tok, rej := s.admit(ctx, r)
 	if rej != nil {
-		if rej.pushback >= 0 {
+		if rej.pushback != NoPushback {
 			// The call fails either way; a trailer that cannot be set
 			// (the transport is gone) changes nothing for the caller.
 			_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, formatPushback(rej.pushback)))
@@ -102,7 +108,15 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 }
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	r := s.tab.Load().lookup(info.FullMethod)
+	var r *route
+	if srv == nil {
+		// grpc-go passes no service implementation for the calls it hands
+		// to grpc.UnknownServiceHandler: the method is not registered and
+		// its name is the caller's choice.
+		r = s.tab.Load().lookupOther(info.FullMethod)
+	} else {
+		r = s.tab.Load().lookup(info.FullMethod)
+	}
 	if r.gate == nil {
 		return handler(srv, ss)
 	}
@@ -110,7 +124,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	arrived := time.Now()
 	tok, rej := s.admit(ctx, r)
 	if rej != nil {
-		if rej.pushback >= 0 {
+		if rej.pushback != NoPushback {
 			ss.SetTrailer(metadata.Pairs(PushbackKey, formatPushback(rej.pushback)))
 		}
 		return rej.err

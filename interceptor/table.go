@@ -1,8 +1,10 @@
 package interceptor
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,12 +14,13 @@ import (
 )
 
 // maxRoutes bounds how many distinct method names get a route (and a
-// limiter of their own under the default Limit). Servers only see their
-// registered methods, but a client can be handed any string; past the
-// bound, methods share the overflow route, as semconv's _OTHER does.
+// limiter of their own under the default Limit). Unknown methods (see
+// table.lookupOther) never get one, so the bound is only a backstop; past
+// it, methods are routed as unknown ones.
 const maxRoutes = 1000
 
-// otherMethod names the overflow route in metrics.
+// otherMethod is what semconv records as rpc.method for a method the
+// instrumentation does not know, and names the limiter such methods share.
 const otherMethod = "_OTHER"
 
 // A gate is one limiter and what is known about the calls it admits.
@@ -89,14 +92,22 @@ type table struct {
 	callers        *callerLimit // nil without WithCallerRateLimit
 	shares         PriorityShares
 	priorityHeader string
-	maxHold        time.Duration // a Client's bound on honoured pushbacks
+	trust          func(context.Context) bool // whose priority header counts
+	maxClaim       Priority                   // the highest priority a header may claim
+	maxHold        time.Duration              // a Client's bound on honoured pushbacks
 
 	defGates  map[string]*gate // per-method limiters of the default Limit
 	otherGate *gate            // the overflow limiter, once made
 
 	routes atomic.Pointer[map[string]*route]
+	// others holds the shared routes of unknown methods: by configured
+	// service name, "" for those on the default Limit. Copy-on-write too.
+	others atomic.Pointer[map[string]*route]
 	mu     sync.Mutex // serializes route creation
-	other  *route     // overflow route, created on demand
+	// retired is set (under mu) once Reload has replaced the table: the
+	// limiters it still creates, for calls that read it just before, are
+	// not reported, since no later call can reach them.
+	retired bool
 }
 
 // entry is one configured method or service.
@@ -142,6 +153,8 @@ func newTable(c *config) (*table, error) {
 		pushback:       c.pushback,
 		shares:         c.shares,
 		priorityHeader: c.priorityHeader,
+		trust:          c.trust,
+		maxClaim:       c.maxClaim,
 		maxHold:        c.maxHold,
 		defGates:       map[string]*gate{},
 	}
@@ -183,8 +196,9 @@ func newTable(c *config) (*table, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	empty := map[string]*route{}
+	empty, none := map[string]*route{}, map[string]*route{}
 	t.routes.Store(&empty)
+	t.others.Store(&none)
 	return t, nil
 }
 
@@ -280,27 +294,94 @@ func (t *table) resolveLocked(fullMethod string) *route {
 	return &route{t: t, full: fullMethod, method: method, gate: g, attrs: t.newAttrs(method, g)}
 }
 
-// overflowLocked routes a method past maxRoutes: configured entries still
-// apply (they have their limiter already), the rest share one limiter.
+// overflowLocked routes a method past maxRoutes as an unknown one; a
+// configured method keeps its entry (its name is the operator's).
 func (t *table) overflowLocked(fullMethod string) *route {
-	if e := t.methods[fullMethod]; e != nil {
+	if t.methods[fullMethod] != nil {
 		return t.resolveLocked(fullMethod)
 	}
-	if service, _, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/"); t.services[service] != nil {
-		return t.resolveLocked(fullMethod)
+	return t.withMethod(t.otherLocked(t.otherKey(fullMethod)), fullMethod)
+}
+
+// lookupOther returns the route of a method the caller does not know: on
+// a server, one it has not registered (served by grpc.UnknownServiceHandler);
+// on a client, a call that no generated stub made. Its name is whatever the
+// peer or the caller chose, so it must not become a metric attribute or a
+// limiter of its own: such methods are recorded as rpc.method "_OTHER".
+// A method configured by name keeps its entry; one of a configured
+// service uses the service's limiter (or exemption); the rest share the
+// "_OTHER" limiter of the default Limit.
+func (t *table) lookupOther(fullMethod string) *route {
+	if t.methods[fullMethod] != nil {
+		return t.lookup(fullMethod)
 	}
-	if t.other == nil {
-		if t.def.Exempt {
-			t.other = &route{t: t, full: "/" + otherMethod, method: otherMethod}
-		} else {
-			if t.otherGate == nil {
-				t.otherGate = t.newGate(otherMethod, t.def)
+	key := t.otherKey(fullMethod)
+	r, ok := (*t.others.Load())[key]
+	if !ok {
+		t.mu.Lock()
+		r = t.otherLocked(key)
+		t.mu.Unlock()
+	}
+	return t.withMethod(r, fullMethod)
+}
+
+// otherKey is the others key of an unknown method: its service if
+// configured, else "".
+func (t *table) otherKey(fullMethod string) string {
+	service, _, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	if t.services[service] != nil {
+		return service
+	}
+	return ""
+}
+
+// withMethod returns a copy of the shared route r naming the call's own
+// method, for the KeyFunc and the rejection message; the limiter and the
+// metric attributes stay r's. Only unknown methods pay this allocation.
+func (t *table) withMethod(r *route, fullMethod string) *route {
+	c := *r
+	c.full, c.method = fullMethod, strings.TrimPrefix(fullMethod, "/")
+	return &c
+}
+
+// otherLocked returns the shared route of unknown methods under key,
+// creating it on first use.
+func (t *table) otherLocked(key string) *route {
+	old := *t.others.Load()
+	if r, ok := old[key]; ok {
+		return r
+	}
+	r := &route{t: t, full: "/" + otherMethod, method: otherMethod}
+	var g *gate
+	if key != "" {
+		e := t.services[key]
+		if !e.limit.Exempt {
+			if e.gate == nil {
+				e.gate = t.newGate(strings.TrimPrefix(e.name, "/"), e.limit)
 			}
-			g := t.otherGate
-			t.other = &route{t: t, full: "/" + otherMethod, method: otherMethod, gate: g, attrs: t.newAttrs(otherMethod, g)}
+			g = e.gate
 		}
+	} else if !t.def.Exempt {
+		if t.otherGate == nil {
+			t.otherGate = t.newGate(otherMethod, t.def)
+		}
+		g = t.otherGate
 	}
-	return t.other
+	if g != nil {
+		r.gate, r.attrs = g, t.newAttrs(otherMethod, g)
+	}
+	next := make(map[string]*route, len(old)+1)
+	maps.Copy(next, old)
+	next[key] = r
+	t.others.Store(&next)
+	return r
+}
+
+// onDefault reports whether method ("pkg.Svc/Method") falls to the
+// default Limit: no method or service entry matches it.
+func (t *table) onDefault(method string) bool {
+	service, _, _ := strings.Cut(method, "/")
+	return t.methods["/"+method] == nil && t.services[service] == nil
 }
 
 func (t *table) newGate(name string, l Limit) *gate {
@@ -314,7 +395,7 @@ func (t *table) newGate(name string, l Limit) *gate {
 	// The bucket was validated with the Limit; it cannot fail here.
 	bucket, _ := newBucket(l.Rate)
 	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.NoQueue, bucket: bucket, rate: l.Rate, priority: l.Priority}
-	if t.onGate != nil {
+	if t.onGate != nil && !t.retired {
 		t.onGate(g)
 	}
 	return g
