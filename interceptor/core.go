@@ -102,7 +102,8 @@ func (c *core) Reload(opts ...Option) error {
 			kept = append(kept, nt.otherGate)
 		}
 	}
-	if old.callers != nil && nt.callers != nil && old.callers.rate == nt.callers.rate {
+	if old.callers != nil && nt.callers != nil && old.callers.rate == nt.callers.rate &&
+		old.callers.maxCallers == nt.callers.maxCallers {
 		nt.callers.gcra = old.callers.gcra
 	}
 	c.metrics.setGates(kept)

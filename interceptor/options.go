@@ -123,6 +123,7 @@ type config struct {
 	provider       metric.MeterProvider
 	callerKey      KeyFunc
 	callerRate     RateLimit
+	maxCallers     int
 	shares         PriorityShares
 	priorityHeader string
 	errs           []error

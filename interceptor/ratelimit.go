@@ -86,11 +86,27 @@ func MetadataKey(key string) KeyFunc {
 // come from metadata or addresses, which never contain a NUL byte.
 const anonymous = "\x00anonymous"
 
-// DefaultMaxCallers bounds the callers WithCallerRateLimit tracks at once.
-// Callers idle long enough to be back to a full burst are forgotten first;
-// beyond the bound a new caller is rejected until a slot frees up, so a
-// flood of distinct keys cannot exhaust memory.
+// DefaultMaxCallers bounds the callers WithCallerRateLimit tracks at once
+// unless WithMaxCallers says otherwise. Callers are kept as 64-bit hashes
+// of their keys, about 30 bytes each: 100,000 take a few MiB.
 const DefaultMaxCallers = 100_000
+
+// WithMaxCallers bounds the callers WithCallerRateLimit tracks at once, so
+// that a flood of made-up caller keys cannot exhaust memory. The default
+// is DefaultMaxCallers. A new caller is never refused because the table
+// is full: the callers forgotten first are those back at a full burst,
+// who lose nothing; then those nearest to a full burst (see
+// limiter.WithMaxKeys). Size it above the callers you expect within one
+// burst window, so that only a flood makes anyone forget.
+func WithMaxCallers(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithMaxCallers(%d): must be >= 1", n))
+			return
+		}
+		c.maxCallers = n
+	}
+}
 
 // WithCallerRateLimit limits each caller, as named by key, to r: a
 // per-caller quota on top of the method limits (limiter.KeyedGCRA). It is
@@ -109,9 +125,10 @@ func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
 
 // callerLimit is a Server's per-caller rate limit.
 type callerLimit struct {
-	key  KeyFunc
-	rate RateLimit
-	gcra *limiter.KeyedGCRA
+	key        KeyFunc
+	rate       RateLimit
+	maxCallers int
+	gcra       *limiter.KeyedGCRA
 }
 
 func newCallerLimit(c *config) (*callerLimit, error) {
@@ -121,11 +138,15 @@ func newCallerLimit(c *config) (*callerLimit, error) {
 	if !c.callerRate.enabled() {
 		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: RateLimit.PerSecond is 0, must be > 0")
 	}
-	g, err := limiter.NewKeyedGCRA(c.callerRate.PerSecond, c.callerRate.burst(), limiter.WithMaxKeys(DefaultMaxCallers))
+	maxCallers := c.maxCallers
+	if maxCallers == 0 {
+		maxCallers = DefaultMaxCallers
+	}
+	g, err := limiter.NewKeyedGCRA(c.callerRate.PerSecond, c.callerRate.burst(), limiter.WithMaxKeys(maxCallers))
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: %w", err)
 	}
-	return &callerLimit{key: c.callerKey, rate: c.callerRate, gcra: g}, nil
+	return &callerLimit{key: c.callerKey, rate: c.callerRate, maxCallers: maxCallers, gcra: g}, nil
 }
 
 // newBucket returns the token bucket of a Limit, nil if it has no rate.
@@ -156,9 +177,6 @@ func (c *core) checkRates(ctx context.Context, r *route) *rejection {
 		// protects.
 		if err == nil && !d.Allowed {
 			what := fmt.Sprintf("caller rate limit %s exceeded", cl.rate)
-			if d.TableFull {
-				what = "too many distinct callers"
-			}
 			return c.rateReject(ctx, r, reasonCallerRate, d.RetryAfter, what)
 		}
 	}
