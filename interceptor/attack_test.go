@@ -35,3 +35,59 @@ func TestCallerTableFlood(t *testing.T) {
 	err := call("legit")
 	require.Equal(t, codes.OK, status.Code(err), "a new caller refused: %v", err)
 }
+
+// TestCallerOverQuotaKeepsMethodRate is the attack on the order of the
+// checks: one caller over its quota must not spend the method's shared
+// rate with the calls its quota refuses.
+func TestCallerOverQuotaKeepsMethodRate(t *testing.T) {
+	e := newEnv(t, &testpb.Service{}, envConfig{
+		server: []Option{
+			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 10}}),
+			WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
+		},
+		noClient: true,
+	})
+	call := func(key string) error {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", key)
+		_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+		return err
+	}
+	require.NoError(t, call("greedy"))
+	e.awaitRelease(t, "server")
+	for range 9 {
+		require.Equal(t, codes.ResourceExhausted, status.Code(call("greedy")))
+		e.awaitRejection(t, "server:caller_rate")
+	}
+	for i := range 9 {
+		err := call("other-" + strconv.Itoa(i))
+		require.Equal(t, codes.OK, status.Code(err), "caller %d: %v", i, err)
+		e.awaitRelease(t, "server")
+	}
+	err := call("one-too-many")
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "the method's rate still holds")
+	e.awaitRejection(t, "server:rate")
+}
+
+// TestRejectedByMethodRateKeepsCallerQuota: a call the method's rate
+// turns away must not spend its caller's quota either.
+func TestRejectedByMethodRateKeepsCallerQuota(t *testing.T) {
+	e := newEnv(t, &testpb.Service{}, envConfig{
+		server: []Option{
+			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 1}}),
+			WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
+		},
+		noClient: true,
+	})
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "a")
+	_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+	require.NoError(t, err)
+	e.awaitRelease(t, "server")
+	ctx = metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "b")
+	_, err = e.client.Unary(ctx, &testpb.UnaryRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	e.awaitRejection(t, "server:rate")
+	got := e.srv.tab.Load().callers.gcra
+	d, err := got.Allow("b")
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "b's quota was given back")
+}

@@ -122,12 +122,24 @@ type rejection struct {
 // limit has one. On rejection it records the decision and returns the
 // status the caller gets.
 func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) {
-	g := r.gate
-	if g.bucket != nil || r.t.callers != nil {
-		if rej := c.checkRates(ctx, r); rej != nil {
+	var ch charged
+	if r.gate.bucket != nil || r.t.callers != nil {
+		var rej *rejection
+		if ch, rej = c.checkRates(ctx, r); rej != nil {
 			return limiter.Token{}, rej
 		}
 	}
+	tok, rej := c.acquire(ctx, r)
+	if rej != nil {
+		// Turned away after all: the call spends no rate.
+		ch.refund()
+	}
+	return tok, rej
+}
+
+// acquire is admit's concurrency check.
+func (c *core) acquire(ctx context.Context, r *route) (limiter.Token, *rejection) {
+	g := r.gate
 	tok, ok, shed := c.tryAcquire(ctx, r)
 	switch {
 	case ok:

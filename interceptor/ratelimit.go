@@ -110,7 +110,10 @@ func WithMaxCallers(n int) Option {
 
 // WithCallerRateLimit limits each caller, as named by key, to r: a
 // per-caller quota on top of the method limits (limiter.KeyedGCRA). It is
-// a server option. Rejected calls get RESOURCE_EXHAUSTED with the exact
+// a server option. The quota is checked before the method's rate and its
+// concurrency limit, so a caller over its quota spends nothing the
+// method's other callers share; a call a later check rejects gets its
+// caller's token back. Rejected calls get RESOURCE_EXHAUSTED with the exact
 // retry-after, in the grpc-retry-pushback-ms trailer and as a
 // google.rpc.RetryInfo detail.
 func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
@@ -157,15 +160,32 @@ func newBucket(r RateLimit) (*limiter.TokenBucket, error) {
 	return limiter.NewTokenBucket(r.PerSecond, r.burst())
 }
 
-// checkRates applies r's rate limit and the caller limit before a call
-// takes a permit. It returns nil when the call may go on.
-func (c *core) checkRates(ctx context.Context, r *route) *rejection {
-	if b := r.gate.bucket; b != nil {
-		if d := b.Decide(); !d.Allowed {
-			return c.rateReject(ctx, r, reasonRate, d.RetryAfter,
-				fmt.Sprintf("rate limit %s exceeded", r.gate.rate))
-		}
+// charged is what checkRates took for a call: tokens to give back if a
+// later check turns the call away, so that a call not served spends
+// neither its caller's quota nor the method's rate.
+type charged struct {
+	bucket *limiter.TokenBucket
+	gcra   *limiter.KeyedGCRA
+	key    string
+}
+
+// refund gives back what was taken.
+func (ch charged) refund() {
+	if ch.bucket != nil {
+		ch.bucket.Refund()
 	}
+	if ch.gcra != nil {
+		ch.gcra.Refund(ch.key)
+	}
+}
+
+// checkRates applies the caller limit, then r's rate limit, before a call
+// takes a permit. The caller's quota comes first: a caller over it must
+// not spend the rate the method shares with every other caller. A token
+// taken by one check is given back when a later one rejects the call. It
+// returns what it took, or the rejection.
+func (c *core) checkRates(ctx context.Context, r *route) (charged, *rejection) {
+	var ch charged
 	if cl := r.t.callers; cl != nil {
 		key := cl.key(ctx, r.full)
 		if key == "" {
@@ -176,11 +196,22 @@ func (c *core) checkRates(ctx context.Context, r *route) *rejection {
 		// through rather than fail every call, the concurrency limit still
 		// protects.
 		if err == nil && !d.Allowed {
-			what := fmt.Sprintf("caller rate limit %s exceeded", cl.rate)
-			return c.rateReject(ctx, r, reasonCallerRate, d.RetryAfter, what)
+			return charged{}, c.rateReject(ctx, r, reasonCallerRate, d.RetryAfter,
+				fmt.Sprintf("caller rate limit %s exceeded", cl.rate))
+		}
+		if err == nil {
+			ch.gcra, ch.key = cl.gcra, key
 		}
 	}
-	return nil
+	if b := r.gate.bucket; b != nil {
+		if d := b.Decide(); !d.Allowed {
+			ch.refund()
+			return charged{}, c.rateReject(ctx, r, reasonRate, d.RetryAfter,
+				fmt.Sprintf("rate limit %s exceeded", r.gate.rate))
+		}
+		ch.bucket = b
+	}
+	return ch, nil
 }
 
 // rateReject builds the rejection of a call over a rate: the pushback is
