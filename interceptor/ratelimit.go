@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -53,35 +50,6 @@ func (r RateLimit) String() string {
 // are limited together rather than not at all.
 type KeyFunc func(ctx context.Context, fullMethod string) string
 
-// PeerIP is a KeyFunc naming callers by the IP address of the connection
-// (without the port). Behind a proxy every call has the proxy's address:
-// use MetadataKey with the header the proxy sets instead.
-func PeerIP(ctx context.Context, _ string) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	a := p.Addr.String()
-	if host, _, err := net.SplitHostPort(a); err == nil {
-		return host
-	}
-	return a
-}
-
-// MetadataKey returns a KeyFunc naming callers by the first value of the
-// request metadata header key (for example "x-api-key" or
-// "x-forwarded-for"). A header name is case-insensitive, like all gRPC
-// metadata keys. Calls without the header share one bucket.
-func MetadataKey(key string) KeyFunc {
-	return func(ctx context.Context, _ string) string {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get(key); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-}
-
 // anonymous is the GCRA key of calls whose KeyFunc returned "". Real keys
 // come from metadata or addresses, which never contain a NUL byte.
 const anonymous = "\x00anonymous"
@@ -119,7 +87,7 @@ func WithMaxCallers(n int) Option {
 func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
 	return func(c *config) {
 		if key == nil {
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, MetadataKey or a func of your own"))
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own"))
 			return
 		}
 		c.callerKey, c.callerRate = key, r
