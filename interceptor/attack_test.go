@@ -91,3 +91,27 @@ func TestRejectedByMethodRateKeepsCallerQuota(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Allowed, "b's quota was given back")
 }
+
+// TestReloadKeepsCodeOptions is the attack on Reload: options set in code
+// (a per-caller quota, the priority header) must survive a reload of a
+// config file that does not mention them.
+func TestReloadKeepsCodeOptions(t *testing.T) {
+	s, err := NewServer(
+		WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
+		WithPriorityHeader("x-priority"),
+	)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	opts, err := ParseConfig([]byte(`{"default": {"fixed": {"limit": 7}}}`))
+	require.NoError(t, err)
+	require.NoError(t, s.Reload(opts...))
+
+	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs("x-api-key", "alice"))
+	r := s.tab.Load().lookup(unaryMethod)
+	_, rej := s.checkRates(ctx, r)
+	require.Nil(t, rej)
+	_, rej = s.checkRates(ctx, r)
+	require.NotNil(t, rej, "the quota of 1 still holds after the reload")
+	require.Equal(t, "x-priority", s.tab.Load().priorityHeader)
+	require.Equal(t, 7, r.gate.lim.Limit(), "and the file applied")
+}

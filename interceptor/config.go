@@ -28,6 +28,9 @@ import (
 //
 // Options given after the loaded ones add to them; a method configured
 // both in the file and by a WithMethod option is an error of NewServer.
+// Reload and WatchConfig, by contrast, layer the file over the options the
+// Server or Client was built with, so that settings made in code and not
+// in the file (a per-caller quota, the priority header) stay.
 func LoadConfig(path string) ([]Option, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

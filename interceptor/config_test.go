@@ -63,16 +63,16 @@ func TestLoadConfigExample(t *testing.T) {
 			Algorithm: AIMD(limiter.AIMDConfig{InitialLimit: 20, MinLimit: 2, MaxLimit: 200, Timeout: 500 * time.Millisecond}),
 			Queue:     limiter.FixedQueue(8),
 			Priority:  PriorityCritical,
-		}},
+		}, 0},
 		{"/shop.v1.Search/", Limit{
 			Algorithm: Gradient2(limiter.Gradient2Config{MaxLimit: 500}),
 			Rate:      RateLimit{PerSecond: 200, Burst: 50},
 			Priority:  PrioritySheddable,
-		}},
-		{"/shop.v1.Catalog/GetItem", catalog},
-		{"/shop.v1.Catalog/ListItems", catalog},
-		{"/shop.v1.Reports/Export", Limit{Algorithm: Fixed(4)}},
-		{"/shop.v1.Internal/", Limit{Exempt: true}},
+		}, 0},
+		{"/shop.v1.Catalog/GetItem", catalog, 0},
+		{"/shop.v1.Catalog/ListItems", catalog, 0},
+		{"/shop.v1.Reports/Export", Limit{Algorithm: Fixed(4)}, 0},
+		{"/shop.v1.Internal/", Limit{Exempt: true}, 0},
 	}, c.methods)
 
 	assert.Equal(t, map[string]int{

@@ -127,23 +127,33 @@ type config struct {
 	shares         PriorityShares
 	priorityHeader string
 	errs           []error
+	// layer counts the layers of options applied so far, minus one: see
+	// newConfig.
+	layer int
 }
 
 type namedLimit struct {
 	name  string
 	limit Limit
+	layer int
 }
 
-func newConfig(opts []Option) config {
+// newConfig applies layers of options in order. A later layer overrides
+// what an earlier one set, method by method; within one layer a method
+// may be configured once.
+func newConfig(layers ...[]Option) config {
 	c := config{
 		classifier: DefaultClassifier,
 		pushback:   DefaultPushback,
 		maxHold:    DefaultMaxPushback,
 		shares:     DefaultPriorityShares,
 	}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&c)
+	for i, opts := range layers {
+		c.layer = i
+		for _, opt := range opts {
+			if opt != nil {
+				opt(&c)
+			}
 		}
 	}
 	return c
@@ -163,7 +173,7 @@ func WithDefault(l Limit) Option {
 // over the default. All methods of a service entry share one limiter.
 // Naming an entry of DefaultExempt replaces its exemption.
 func WithMethod(name string, l Limit) Option {
-	return func(c *config) { c.methods = append(c.methods, namedLimit{name, l}) }
+	return func(c *config) { c.methods = append(c.methods, namedLimit{name, l, c.layer}) }
 }
 
 // WithExempt exempts methods or services (names as for WithMethod) from
@@ -171,7 +181,7 @@ func WithMethod(name string, l Limit) Option {
 func WithExempt(names ...string) Option {
 	return func(c *config) {
 		for _, n := range names {
-			c.methods = append(c.methods, namedLimit{n, Limit{Exempt: true}})
+			c.methods = append(c.methods, namedLimit{n, Limit{Exempt: true}, c.layer})
 		}
 	}
 }

@@ -17,7 +17,9 @@ type Reloader interface {
 
 // WatchConfig polls the config file at path every interval and, when its
 // contents change, reloads r with the options it describes followed by
-// extra (settings a file cannot express, such as WithClassifier). A file
+// extra (settings a file cannot express, such as WithClassifier). Reload
+// layers them over the options r was built with: what the file does not
+// set stays as built. A file
 // that cannot be read or is invalid changes nothing: the error goes to
 // onError (log.Printf when nil) and the running configuration stays until
 // a good file appears. The file's contents when WatchConfig starts are
