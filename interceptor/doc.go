@@ -55,9 +55,12 @@
 // # Reloading
 //
 // Server.Reload and Client.Reload apply new options to running
-// interceptors: everything is validated first (a bad configuration changes
-// nothing), unchanged limiters keep their learned limits, and calls admitted
-// before the reload return their permits to the limiter that gave them.
+// interceptors, layered over the options they were built with, so that a
+// config file that does not mention a setting made in code (a per-caller
+// quota, the priority header) leaves it as it was. Everything is validated
+// first (a bad configuration changes nothing), unchanged limiters keep
+// their learned limits, and calls admitted before the reload return their
+// permits to the limiter that gave them.
 //
 // # Streams
 //
