@@ -115,3 +115,25 @@ func TestReloadKeepsCodeOptions(t *testing.T) {
 	require.Equal(t, "x-priority", s.tab.Load().priorityHeader)
 	require.Equal(t, 7, r.gate.lim.Limit(), "and the file applied")
 }
+
+// TestConcurrencyRejectionRefundsRates: a call the concurrency limit turns
+// away spends neither its caller's quota nor the method's rate.
+func TestConcurrencyRejectionRefundsRates(t *testing.T) {
+	s, err := NewServer(
+		WithMethod(unaryMethod, Limit{Algorithm: Fixed(1), Rate: RateLimit{PerSecond: 0.001, Burst: 2}}),
+		WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 2}),
+	)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs("x-api-key", "alice"))
+	r := s.tab.Load().lookup(unaryMethod)
+	held, rej := s.admit(ctx, r)
+	require.Nil(t, rej)
+	_, rej = s.admit(ctx, r)
+	require.NotNil(t, rej, "the only permit is taken")
+	require.Contains(t, rej.err.Error(), "concurrency limit 1 reached")
+	s.finish(ctx, r, &held, Result{})
+	tok, rej := s.admit(ctx, r)
+	require.Nil(t, rej, "the rejected call's tokens were given back")
+	s.finish(ctx, r, &tok, Result{})
+}
