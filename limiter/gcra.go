@@ -136,12 +136,14 @@ func WithGCRAClock(c Clock) GCRAOption {
 //
 // A new key is never refused because the table is full: that would let a
 // flood of made-up keys lock every real newcomer out. Room is made
-// instead. First go the keys whose TAT has passed, which hold no
-// information (they behave exactly like keys never seen). If none has,
-// the key whose TAT is earliest goes: the one that would have its whole
-// burst back soonest, so the one whose forgetting grants the least. A
-// flood of keys that each sent one request thus evicts its own keys before
-// those of callers that spent more of their burst.
+// instead, by forgetting the keys that would have their whole burst back
+// within one interval: those whose TAT has passed hold no information
+// (they behave exactly like keys never seen), the others one request at
+// most. If there is none, the key whose TAT is earliest goes: the one that
+// would have its whole burst back soonest, so the one whose forgetting
+// grants the least. A flood of keys that each sent one request thus
+// evicts its own keys before those of callers that spent more of their
+// burst.
 func WithMaxKeys(n int) GCRAOption {
 	return func(g *gcraConfig) { g.maxKeys = n }
 }
@@ -269,7 +271,7 @@ func (g *KeyedGCRA) Allow(key string) (Decision, error) {
 	tat, ok := s.tats[h]
 	if !ok {
 		if g.maxPerShard > 0 && len(s.tats) >= g.maxPerShard {
-			s.makeRoomLocked(now)
+			s.makeRoomLocked(now, g.interval)
 		}
 		tat = now
 	}
@@ -306,31 +308,32 @@ func (g *KeyedGCRA) Refund(key string) {
 	}
 }
 
-// makeRoomLocked frees at least one slot in a full shard: it forgets the
-// keys whose TAT has passed, or if there is none, the key with the
-// earliest TAT.
-func (s *gcraShard) makeRoomLocked(now int64) {
-	if now >= s.nextExpiry && s.sweepLocked(now) > 0 {
-		return
-	}
+// makeRoomLocked frees at least one slot in a full shard. It forgets
+// every key that will have its whole burst back within one interval
+// (those whose TAT has passed hold no information at all; the others, one
+// request at most), or if there is none, the key with the earliest TAT.
+// Dropping all such keys in one pass keeps a flood of one-request keys
+// from costing a scan of the shard per new key.
+func (s *gcraShard) makeRoomLocked(now, interval int64) {
 	var (
-		victim uint64
-		found  bool
-		first  = int64(math.MaxInt64)
-		second = int64(math.MaxInt64)
+		removed int
+		victim  uint64
+		first   = int64(math.MaxInt64)
 	)
 	for h, tat := range s.tats {
-		switch {
-		case tat < first:
-			second, first, victim, found = first, tat, h, true
-		case tat < second:
-			second = tat
+		if tat <= now+interval {
+			delete(s.tats, h)
+			removed++
+		} else if tat < first {
+			first, victim = tat, h
 		}
 	}
-	if found {
+	if removed == 0 && first != math.MaxInt64 {
 		delete(s.tats, victim)
-		s.nextExpiry = second
 	}
+	// first is at most every TAT left: a lower bound, as nextExpiry must
+	// be.
+	s.nextExpiry = first
 }
 
 // sweepLocked removes the keys whose TAT is not after now, which have
