@@ -46,7 +46,8 @@ type IPKey struct {
 	IPv4Prefix, IPv6Prefix int
 	// TrustedProxies are the networks of the proxies in front of the
 	// server, for example netip.MustParsePrefix("10.0.0.0/8"). Empty: no
-	// proxy is trusted and Header is not read.
+	// proxy is trusted and Header is not read. An IPv4-mapped network
+	// (::ffff:10.0.0.0/104) is taken as the IPv4 one.
 	TrustedProxies []netip.Prefix
 	// Header is the metadata key the trusted proxies append the address
 	// they saw to, comma-separated; all its values are read, in order.
@@ -99,6 +100,10 @@ func (k IPKey) withDefaults() IPKey {
 	}
 	trusted := make([]netip.Prefix, len(k.TrustedProxies)) // not the caller's slice
 	for i, p := range k.TrustedProxies {
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			// Addresses are unmapped before they are matched.
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
 		trusted[i] = p.Masked()
 	}
 	k.TrustedProxies = trusted

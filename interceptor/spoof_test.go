@@ -104,6 +104,8 @@ func TestIPKey(t *testing.T) {
 			withXFF(tcp("10.0.0.1:1"), "10.3.3.3, 198.51.100.1, 10.2.2.2"), "198.51.100.1"},
 		{"only trusted hops: leftmost", IPKey{TrustedProxies: proxies},
 			withXFF(tcp("10.0.0.1:1"), "10.2.2.2"), "10.2.2.2"},
+		{"ipv4-mapped proxy network", IPKey{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")}},
+			withXFF(tcp("10.0.0.1:1"), "198.51.100.1"), "198.51.100.1"},
 		{"no header: the proxy", IPKey{TrustedProxies: proxies}, tcp("10.0.0.1:1"), "10.0.0.1"},
 		{"garbage stops at the last trusted hop", IPKey{TrustedProxies: proxies},
 			withXFF(tcp("10.0.0.1:1"), "198.51.100.1, garbage, 10.2.2.2"), "10.2.2.2"},
