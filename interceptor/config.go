@@ -31,7 +31,9 @@ import (
 // both in the file and by a WithMethod option is an error of NewServer.
 // Reload and WatchConfig, by contrast, layer the file over the options the
 // Server or Client was built with, so that settings made in code and not
-// in the file (a per-caller quota, the priority header) stay.
+// in the file (a per-caller quota, the priority header) stay. Options that
+// came from a file are not part of that base: the reloaded file replaces
+// them whole, so an entry deleted from the file is gone after a reload.
 func LoadConfig(path string) ([]Option, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -70,7 +72,11 @@ func ConfigOptions(c *sluicev1.Config) ([]Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fc.options(), nil
+	opts := fc.options()
+	for i, o := range opts {
+		opts[i] = fileOption(o)
+	}
+	return opts, nil
 }
 
 // A FileConfig is a configuration file in Go form, for programs that

@@ -73,7 +73,9 @@ func buildTable(side string, cfg *config) (*table, error) {
 // set in code thus cannot drop it. To remove a built-with setting,
 // override it (WithExempt, a WithMethod with the Limit wanted). Each
 // Reload starts again from the built-with options: options of an earlier
-// Reload do not carry over. Everything is validated first: on an error
+// Reload do not carry over. Built-with options that came from a config
+// file (LoadConfig, ParseConfig, ConfigOptions) are left out of that base:
+// the new file's options replace them whole. Everything is validated first: on an error
 // nothing changes. Limiters whose Limit is unchanged (same method
 // or service name, equal Limit; see AlgorithmFactory) keep their live limit
 // and state; the others are rebuilt, and calls admitted before the reload

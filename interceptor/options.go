@@ -130,6 +130,8 @@ type config struct {
 	// layer counts the layers of options applied so far, minus one: see
 	// newConfig.
 	layer int
+	// skipFile makes options that came from a config file do nothing.
+	skipFile bool
 }
 
 type namedLimit struct {
@@ -140,7 +142,10 @@ type namedLimit struct {
 
 // newConfig applies layers of options in order. A later layer overrides
 // what an earlier one set, method by method; within one layer a method
-// may be configured once.
+// may be configured once. With more than one layer, the first is the base
+// a Reload builds on, and its options that came from a config file are
+// skipped: the file being reloaded replaces them whole, so that an entry
+// removed from the file is gone, not kept from the file's first version.
 func newConfig(layers ...[]Option) config {
 	c := config{
 		classifier: DefaultClassifier,
@@ -150,6 +155,7 @@ func newConfig(layers ...[]Option) config {
 	}
 	for i, opts := range layers {
 		c.layer = i
+		c.skipFile = i == 0 && len(layers) > 1
 		for _, opt := range opts {
 			if opt != nil {
 				opt(&c)
@@ -233,5 +239,14 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 			return
 		}
 		c.provider = p
+	}
+}
+
+// fileOption marks o as an option from a config file: see newConfig.
+func fileOption(o Option) Option {
+	return func(c *config) {
+		if !c.skipFile {
+			o(c)
+		}
 	}
 }
