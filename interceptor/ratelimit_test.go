@@ -162,6 +162,8 @@ func TestRateLimitErrors(t *testing.T) {
 			`interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own`},
 		{"zero caller rate", []Option{WithCallerRateLimit(PeerIP, RateLimit{})}, false,
 			`interceptor: WithCallerRateLimit: RateLimit.PerSecond is 0, must be > 0`},
+		{"max callers 0", []Option{WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 1}), WithMaxCallers(0)}, false,
+			`interceptor: WithMaxCallers(0): must be >= 1`},
 		{"caller limit on a client", []Option{WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 1})}, true,
 			`interceptor: WithCallerRateLimit is a server option: a client has one caller`},
 	}
