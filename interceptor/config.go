@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -29,6 +30,11 @@ import (
 //
 // Options given after the loaded ones add to them; a method configured
 // both in the file and by a WithMethod option is an error of NewServer.
+// Reload and WatchConfig, by contrast, layer the file over the options the
+// Server or Client was built with, so that settings made in code and not
+// in the file (a per-caller quota, the priority header) stay. Options that
+// came from a file are not part of that base: the reloaded file replaces
+// them whole, so an entry deleted from the file is gone after a reload.
 //
 // A file larger than MaxConfigSize is refused without being read whole.
 func LoadConfig(path string) ([]Option, error) {
@@ -97,7 +103,11 @@ func ConfigOptions(c *sluicev1.Config) ([]Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fc.options(), nil
+	opts := fc.options()
+	for i, o := range opts {
+		opts[i] = fileOption(o)
+	}
+	return opts, nil
 }
 
 // A FileConfig is a configuration file in Go form, for programs that
@@ -109,6 +119,31 @@ type FileConfig struct {
 	Default *LimitConfig
 	// Methods configure methods and services (see WithMethod).
 	Methods []MethodConfig
+	// CallerLimit, if not nil, is a per-caller quota (see
+	// WithCallerRateLimit); nil leaves it as built.
+	CallerLimit *CallerLimitConfig
+	// PriorityHeader, if not empty, is the metadata key a call may name
+	// its priority in (see WithPriorityHeader); empty leaves it as built.
+	PriorityHeader string
+}
+
+// A CallerLimitConfig is a per-caller quota described by configuration
+// rather than code. Exactly one of IP, PeerIdentity and Metadata names
+// the callers.
+type CallerLimitConfig struct {
+	// Rate is each caller's quota; PerSecond is required.
+	Rate RateLimit
+	// IP names callers by address (see IPKey).
+	IP *IPKey
+	// PeerIdentity names callers by their verified client certificate
+	// (see PeerIdentity).
+	PeerIdentity bool
+	// Metadata, if not empty, names callers by the first value of this
+	// header (see MetadataKey): only for a header the server checks.
+	Metadata string
+	// MaxCallers, if not 0, bounds the callers tracked (see
+	// WithMaxCallers).
+	MaxCallers int
 }
 
 // A MethodConfig applies one limit to the methods and services it names.
@@ -173,7 +208,31 @@ func (c FileConfig) options() []Option {
 			opts = append(opts, WithMethod(name, l))
 		}
 	}
+	if cl := c.CallerLimit; cl != nil {
+		opts = append(opts, WithCallerRateLimit(cl.keyFunc(), cl.Rate))
+		if cl.MaxCallers != 0 {
+			opts = append(opts, WithMaxCallers(cl.MaxCallers))
+		}
+	}
+	if c.PriorityHeader != "" {
+		opts = append(opts, WithPriorityHeader(c.PriorityHeader))
+	}
 	return opts
+}
+
+// keyFunc returns the KeyFunc c describes; c is valid.
+func (c *CallerLimitConfig) keyFunc() KeyFunc {
+	switch {
+	case c.IP != nil:
+		if f, err := c.IP.KeyFunc(); err == nil {
+			return f
+		}
+	case c.PeerIdentity:
+		return PeerIdentity
+	case c.Metadata != "":
+		return MetadataKey(c.Metadata)
+	}
+	return nil // checked: WithCallerRateLimit reports it
 }
 
 // limit builds the Limit that c describes; c is valid.
@@ -292,6 +351,31 @@ func FromConfig(c *sluicev1.Config) (FileConfig, error) {
 		}
 		fc.Methods = append(fc.Methods, mc)
 	}
+	if cl := c.GetCallerLimit(); cl != nil {
+		r := cl.GetRateLimit()
+		clc := &CallerLimitConfig{
+			Rate:       RateLimit{PerSecond: r.GetPerSecond(), Burst: int(r.GetBurst())},
+			MaxCallers: int(cl.GetMaxCallers()),
+		}
+		switch k := cl.GetKey().(type) {
+		case *sluicev1.CallerLimit_Ip:
+			ip := &IPKey{
+				IPv4Prefix: int(k.Ip.GetIpv4Prefix()),
+				IPv6Prefix: int(k.Ip.GetIpv6Prefix()),
+				Header:     k.Ip.GetHeader(),
+			}
+			for _, p := range k.Ip.GetTrustedProxies() {
+				ip.TrustedProxies = append(ip.TrustedProxies, netip.MustParsePrefix(p)) // checked
+			}
+			clc.IP = ip
+		case *sluicev1.CallerLimit_PeerIdentity:
+			clc.PeerIdentity = true
+		case *sluicev1.CallerLimit_Metadata:
+			clc.Metadata = k.Metadata.GetHeader()
+		}
+		fc.CallerLimit = clc
+	}
+	fc.PriorityHeader = c.GetPriorityHeader()
 	return fc, nil
 }
 
@@ -369,6 +453,10 @@ func ToConfig(c FileConfig) (*sluicev1.Config, error) {
 		}
 		pb.Methods = append(pb.Methods, mc)
 	}
+	if cl := c.CallerLimit; cl != nil {
+		pb.CallerLimit = cfgToCallerLimit(&ps, *cl)
+	}
+	pb.PriorityHeader = c.PriorityHeader
 	cfgCheck(&ps, pb)
 	// Conversion problems came first; put them in the configuration's order.
 	slices.SortStableFunc(ps.list, func(a, b ConfigProblem) int {
@@ -381,8 +469,15 @@ func ToConfig(c FileConfig) (*sluicev1.Config, error) {
 }
 
 // cfgOrder is the position of path in a configuration: the default, then
-// each entry's names in order, then its limit.
+// each entry's names in order, then its limit, then the caller limit and
+// the priority header.
 func cfgOrder(path string) []int {
+	switch {
+	case strings.HasPrefix(path, "caller_limit"):
+		return []int{2}
+	case strings.HasPrefix(path, "priority_header"):
+		return []int{3}
+	}
 	rest, ok := strings.CutPrefix(path, "methods[")
 	if !ok {
 		return []int{0}
@@ -493,6 +588,39 @@ func cfgToLimit(ps *cfgProblems, path string, c LimitConfig) *sluicev1.Limit {
 	return l
 }
 
+func cfgToCallerLimit(ps *cfgProblems, c CallerLimitConfig) *sluicev1.CallerLimit {
+	const path = "caller_limit"
+	cl := &sluicev1.CallerLimit{
+		RateLimit:  &sluicev1.RateLimit{PerSecond: c.Rate.PerSecond, Burst: cfgInt32(ps, path+".rate_limit.burst", c.Rate.Burst)},
+		MaxCallers: cfgInt32(ps, path+".max_callers", c.MaxCallers),
+	}
+	var keys []string
+	if k := c.IP; k != nil {
+		keys = append(keys, "ip")
+		ip := &sluicev1.IpKey{
+			Ipv4Prefix: cfgInt32(ps, path+".ip.ipv4_prefix", k.IPv4Prefix),
+			Ipv6Prefix: cfgInt32(ps, path+".ip.ipv6_prefix", k.IPv6Prefix),
+			Header:     k.Header,
+		}
+		for _, p := range k.TrustedProxies {
+			ip.TrustedProxies = append(ip.TrustedProxies, p.String())
+		}
+		cl.Key = &sluicev1.CallerLimit_Ip{Ip: ip}
+	}
+	if c.PeerIdentity {
+		keys = append(keys, "peer_identity")
+		cl.Key = &sluicev1.CallerLimit_PeerIdentity{PeerIdentity: &sluicev1.PeerIdentityKey{}}
+	}
+	if c.Metadata != "" {
+		keys = append(keys, "metadata")
+		cl.Key = &sluicev1.CallerLimit_Metadata{Metadata: &sluicev1.MetadataKey{Header: c.Metadata}}
+	}
+	if len(keys) > 1 {
+		ps.add(path, "sets more than one key (%s)", strings.Join(keys, ", "))
+	}
+	return cl
+}
+
 func cfgInt32(ps *cfgProblems, path string, v int) int32 {
 	if v < math.MinInt32 || v > math.MaxInt32 {
 		ps.add(path, "%d is out of the range of int32", v)
@@ -535,6 +663,80 @@ func cfgCheck(ps *cfgProblems, c *sluicev1.Config) {
 			}
 		}
 		cfgCheckLimit(ps, path+".limit", m.GetLimit())
+	}
+	if cl := c.GetCallerLimit(); cl != nil {
+		cfgCheckCallerLimit(ps, "caller_limit", cl)
+	}
+	if h := c.GetPriorityHeader(); h != "" {
+		cfgCheckHeader(ps, "priority_header", h)
+	}
+}
+
+func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit) {
+	r := cl.GetRateLimit()
+	rate, burst := r.GetPerSecond(), r.GetBurst()
+	rateOK := rate >= limiter.MinGCRARate && rate <= limiter.MaxGCRARate
+	if !rateOK {
+		ps.add(path+".rate_limit.per_second", "%v is not in [%g, %g]: each caller's quota is required", rate, limiter.MinGCRARate, limiter.MaxGCRARate)
+	}
+	switch {
+	case burst < 0:
+		ps.add(path+".rate_limit.burst", "%d is not >= 0", burst)
+	case rateOK:
+		b := RateLimit{PerSecond: rate, Burst: int(burst)}.burst()
+		if interval := math.Round(1e9 / rate); interval*float64(b) > 1<<61 {
+			ps.add(path+".rate_limit.burst", "%d at %v a second takes more than 73 years to refill", b, rate)
+		}
+	}
+	switch k := cl.GetKey().(type) {
+	case nil:
+		ps.add(path, "sets no key: set ip, peer_identity or metadata")
+	case *sluicev1.CallerLimit_Ip:
+		p := path + ".ip"
+		if n := k.Ip.GetIpv4Prefix(); n < 0 || n > 32 {
+			ps.add(p+".ipv4_prefix", "%d is not in [1, 32] (0 for %d)", n, DefaultIPv4Prefix)
+		}
+		if n := k.Ip.GetIpv6Prefix(); n < 0 || n > 128 {
+			ps.add(p+".ipv6_prefix", "%d is not in [1, 128] (0 for %d)", n, DefaultIPv6Prefix)
+		}
+		for i, s := range k.Ip.GetTrustedProxies() {
+			if _, err := netip.ParsePrefix(s); err != nil {
+				ps.add(fmt.Sprintf("%s.trusted_proxies[%d]", p, i), "%q is not a network in CIDR form, such as \"10.0.0.0/8\" or \"2001:db8::/32\"", s)
+			}
+		}
+		if h := k.Ip.GetHeader(); h != "" {
+			if len(k.Ip.GetTrustedProxies()) == 0 {
+				ps.add(p+".header", "%q is set but trusted_proxies is empty: a header is only believed from a trusted proxy", h)
+			} else {
+				cfgCheckHeader(ps, p+".header", h)
+			}
+		}
+	case *sluicev1.CallerLimit_Metadata:
+		if h := k.Metadata.GetHeader(); h == "" {
+			ps.add(path+".metadata.header", "is empty: name the header, such as \"x-api-key\"")
+		} else {
+			cfgCheckHeader(ps, path+".metadata.header", h)
+		}
+	}
+	if n := cl.GetMaxCallers(); n < 0 {
+		ps.add(path+".max_callers", "%d is not in [1, %d] (0 for %d)", n, math.MaxInt32, DefaultMaxCallers)
+	}
+}
+
+// cfgCheckHeader checks a metadata key: gRPC allows lowercase letters,
+// digits, '-', '_' and '.' (uppercase is folded), and reserves "grpc-"; a
+// "-bin" key holds bytes, not text.
+func cfgCheckHeader(ps *cfgProblems, path, h string) {
+	k := strings.ToLower(h)
+	switch {
+	case strings.ContainsFunc(k, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}):
+		ps.add(path, "%q is not a metadata key: use letters, digits, '-', '_' and '.'", h)
+	case strings.HasPrefix(k, "grpc-"):
+		ps.add(path, "%q is reserved by gRPC (prefix \"grpc-\")", h)
+	case strings.HasSuffix(k, "-bin"):
+		ps.add(path, "%q is a binary header (suffix \"-bin\"); name a text one", h)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -63,17 +67,28 @@ func TestLoadConfigExample(t *testing.T) {
 			Algorithm: AIMD(limiter.AIMDConfig{InitialLimit: 20, MinLimit: 2, MaxLimit: 200, Timeout: 500 * time.Millisecond}),
 			Queue:     limiter.FixedQueue(8),
 			Priority:  PriorityCritical,
-		}},
+		}, 0},
 		{"/shop.v1.Search/", Limit{
 			Algorithm: Gradient2(limiter.Gradient2Config{MaxLimit: 500}),
 			Rate:      RateLimit{PerSecond: 200, Burst: 50},
 			Priority:  PrioritySheddable,
-		}},
-		{"/shop.v1.Catalog/GetItem", catalog},
-		{"/shop.v1.Catalog/ListItems", catalog},
-		{"/shop.v1.Reports/Export", Limit{Algorithm: Fixed(4)}},
-		{"/shop.v1.Internal/", Limit{Exempt: true}},
+		}, 0},
+		{"/shop.v1.Catalog/GetItem", catalog, 0},
+		{"/shop.v1.Catalog/ListItems", catalog, 0},
+		{"/shop.v1.Reports/Export", Limit{Algorithm: Fixed(4)}, 0},
+		{"/shop.v1.Internal/", Limit{Exempt: true}, 0},
 	}, c.methods)
+	assert.Equal(t, RateLimit{PerSecond: 50, Burst: 100}, c.callerRate)
+	assert.Equal(t, 200_000, c.maxCallers)
+	assert.Equal(t, "x-priority", c.priorityHeader)
+	require.NotNil(t, c.callerKey)
+	behind := func(peerAddr string, xff ...string) context.Context {
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(peerAddr))})
+		return metadata.NewIncomingContext(ctx, metadata.MD{"x-forwarded-for": xff})
+	}
+	assert.Equal(t, "198.51.100.7", c.callerKey(behind("10.1.1.1:9", "6.6.6.6, 198.51.100.7"), unaryMethod), "behind a trusted proxy")
+	assert.Equal(t, "192.0.2.1", c.callerKey(behind("192.0.2.1:9", "198.51.100.7"), unaryMethod), "direct")
+	assert.Equal(t, "2001:db8:0:100::/56", c.callerKey(behind("[2001:db8:0:1ff::1]:9"), unaryMethod), "IPv6 by /56")
 
 	assert.Equal(t, map[string]int{
 		"shop.v1.Checkout/PlaceOrder": 20,
@@ -114,6 +129,9 @@ func TestConfigRoundTrip(t *testing.T) {
 		got := newConfig(opts)
 		assert.Equal(t, want.def, got.def)
 		assert.Equal(t, want.methods, got.methods)
+		assert.Equal(t, want.callerRate, got.callerRate)
+		assert.Equal(t, want.maxCallers, got.maxCallers)
+		assert.Equal(t, want.priorityHeader, got.priorityHeader)
 	}
 }
 
@@ -299,6 +317,38 @@ func TestConfigErrors(t *testing.T) {
 		{"nested path", `{"methods": [{"name": [{"service": "a.S"}]}, {"name": [{"service": "b.S"}], "limit": {"aimd": {"backoff_ratio": 1.2}}}]}`,
 			"methods[1].limit.aimd.backoff_ratio: 1.2 is not in [0.5, 1)"},
 	}
+	caller := func(fields string) string { return `{"caller_limit": {` + fields + `}}` }
+	const rate = `"rate_limit": {"per_second": 1}, `
+	tests = append(tests, []struct{ name, json, want string }{
+		{"caller limit without a rate", caller(`"peer_identity": {}`),
+			"caller_limit.rate_limit.per_second: 0 is not in [1e-09, 1e+09]: each caller's quota is required"},
+		{"caller limit rate NaN", caller(`"rate_limit": {"per_second": "NaN"}, "peer_identity": {}`),
+			"caller_limit.rate_limit.per_second: NaN is not in [1e-09, 1e+09]: each caller's quota is required"},
+		{"caller limit negative burst", caller(`"rate_limit": {"per_second": 1, "burst": -1}, "peer_identity": {}`),
+			"caller_limit.rate_limit.burst: -1 is not >= 0"},
+		{"caller limit burst too slow", caller(`"rate_limit": {"per_second": 1e-9, "burst": 3}, "peer_identity": {}`),
+			"caller_limit.rate_limit.burst: 3 at 1e-09 a second takes more than 73 years to refill"},
+		{"caller limit without a key", caller(`"rate_limit": {"per_second": 1}`),
+			"caller_limit: sets no key: set ip, peer_identity or metadata"},
+		{"ipv4 prefix", caller(rate + `"ip": {"ipv4_prefix": 33}`),
+			"caller_limit.ip.ipv4_prefix: 33 is not in [1, 32] (0 for 32)"},
+		{"ipv6 prefix", caller(rate + `"ip": {"ipv6_prefix": -1}`),
+			"caller_limit.ip.ipv6_prefix: -1 is not in [1, 128] (0 for 64)"},
+		{"trusted proxy not a network", caller(rate + `"ip": {"trusted_proxies": ["10.0.0.0/8", "10.0.0.1"]}`),
+			`caller_limit.ip.trusted_proxies[1]: "10.0.0.1" is not a network in CIDR form, such as "10.0.0.0/8" or "2001:db8::/32"`},
+		{"header without proxies", caller(rate + `"ip": {"header": "x-real-ip"}`),
+			`caller_limit.ip.header: "x-real-ip" is set but trusted_proxies is empty: a header is only believed from a trusted proxy`},
+		{"bad header", caller(rate + `"ip": {"header": "x real ip", "trusted_proxies": ["10.0.0.0/8"]}`),
+			`caller_limit.ip.header: "x real ip" is not a metadata key: use letters, digits, '-', '_' and '.'`},
+		{"metadata without header", caller(rate + `"metadata": {}`),
+			`caller_limit.metadata.header: is empty: name the header, such as "x-api-key"`},
+		{"metadata binary header", caller(rate + `"metadata": {"header": "x-key-bin"}`),
+			`caller_limit.metadata.header: "x-key-bin" is a binary header (suffix "-bin"); name a text one`},
+		{"negative max callers", caller(rate + `"peer_identity": {}, "max_callers": -5`),
+			"caller_limit.max_callers: -5 is not in [1, 2147483647] (0 for 100000)"},
+		{"reserved priority header", `{"priority_header": "grpc-priority"}`,
+			`priority_header: "grpc-priority" is reserved by gRPC (prefix "grpc-")`},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts, err := ParseConfig([]byte(tt.json))
@@ -510,4 +560,62 @@ func ExampleParseConfig() {
 	// interceptor: invalid config: 2 problems:
 	//	methods[0].name[0]: service is empty
 	//	methods[0].limit.aimd.backoff_ratio: 1.2 is not in [0.5, 1)
+}
+
+func TestToConfigCallerLimitErrors(t *testing.T) {
+	_, err := ToConfig(FileConfig{
+		CallerLimit: &CallerLimitConfig{
+			Rate:         RateLimit{PerSecond: 1},
+			IP:           &IPKey{TrustedProxies: []netip.Prefix{{}}},
+			PeerIdentity: true,
+			MaxCallers:   1 << 40,
+		},
+		PriorityHeader: "x prio",
+	})
+	require.Error(t, err)
+	_, err2 := ToConfig(FileConfig{CallerLimit: &CallerLimitConfig{
+		Rate: RateLimit{PerSecond: 1},
+		IP:   &IPKey{TrustedProxies: []netip.Prefix{{}}},
+	}})
+	assert.EqualError(t, err2, `interceptor: invalid config: caller_limit.ip.trusted_proxies[0]: "invalid Prefix" is not a network in CIDR form, such as "10.0.0.0/8" or "2001:db8::/32"`)
+	assert.Equal(t, `interceptor: invalid config: 3 problems:
+	caller_limit.max_callers: 1099511627776 is out of the range of int32
+	caller_limit: sets more than one key (ip, peer_identity)`+"\n\t"+
+		`priority_header: "x prio" is not a metadata key: use letters, digits, '-', '_' and '.'`, err.Error())
+}
+
+// TestConfigCallerLimitApplies: a quota from the file limits callers, each
+// key kind naming them as its KeyFunc does.
+func TestConfigCallerLimitApplies(t *testing.T) {
+	tests := []struct {
+		name string
+		key  string
+		ctx  func(caller string) context.Context
+	}{
+		{"metadata", `"metadata": {"header": "X-Api-Key"}`, func(caller string) context.Context {
+			return metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", caller))
+		}},
+		{"ip", `"ip": {}`, func(caller string) context.Context {
+			return peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP("192.0.2." + caller), Port: 1}})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts, err := ParseConfig([]byte(`{"caller_limit": {"rate_limit": {"per_second": 0.001, "burst": 2}, ` + tt.key + `}}`))
+			require.NoError(t, err)
+			s, err := NewServer(opts...)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, s.Close()) }()
+			r := s.tab.Load().lookup(unaryMethod)
+			admitted := map[string]int{}
+			for range 5 {
+				for _, caller := range []string{"1", "2"} {
+					if _, rej := s.checkRates(tt.ctx(caller), r); rej == nil {
+						admitted[caller]++
+					}
+				}
+			}
+			assert.Equal(t, map[string]int{"1": 2, "2": 2}, admitted)
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,10 @@ import (
 // core is what a Server and a Client share: the method table, the
 // classification, the metrics.
 type core struct {
-	side     string
+	side string
+	// base are the options the core was built with, which Reload layers
+	// its options over.
+	base     []Option
 	tab      atomic.Pointer[table] // replaced whole by Reload
 	metrics  *metrics
 	reloadMu sync.Mutex
@@ -39,7 +43,7 @@ func newCore(side string, opts []Option) (*core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
-	c := &core{side: side, metrics: m, timer: systemTimer}
+	c := &core{side: side, base: slices.Clone(opts), metrics: m, timer: systemTimer}
 	t.newAttrs, t.onGate = m.newAttrs, m.addGate
 	c.tab.Store(t)
 	return c, nil
@@ -60,16 +64,26 @@ func buildTable(side string, cfg *config) (*table, error) {
 	return t, nil
 }
 
-// Reload replaces the options the Server or Client was built with, without
-// a restart and without dropping a call. Everything is validated first: on
-// an error nothing changes. Limiters whose Limit is unchanged (same method
+// Reload applies new options without a restart and without dropping a
+// call. They are layered over the options the Server or Client was built
+// with, not put in their place: what opts set wins (a WithMethod entry
+// replaces the built-with entry of the same name, WithDefault the
+// default, WithCallerRateLimit the quota), and what opts do not mention
+// stays as built. A config file that knows nothing of a per-caller quota
+// set in code thus cannot drop it. To remove a built-with setting,
+// override it (WithExempt, a WithMethod with the Limit wanted). Each
+// Reload starts again from the built-with options: options of an earlier
+// Reload do not carry over. Built-with options that came from a config
+// file (LoadConfig, ParseConfig, ConfigOptions) are left out of that base:
+// the new file's options replace them whole. Everything is validated first: on an error
+// nothing changes. Limiters whose Limit is unchanged (same method
 // or service name, equal Limit; see AlgorithmFactory) keep their live limit
 // and state; the others are rebuilt, and calls admitted before the reload
 // return their permits to the limiter that gave them. A caller rate limit
 // with the same RateLimit keeps its callers' state. WithMeterProvider
 // cannot change: it is ignored here.
 func (c *core) Reload(opts ...Option) error {
-	cfg := newConfig(opts)
+	cfg := newConfig(c.base, opts)
 	nt, err := buildTable(c.side, &cfg)
 	if err != nil {
 		return err
@@ -108,7 +122,8 @@ func (c *core) Reload(opts ...Option) error {
 			kept = append(kept, nt.otherGate)
 		}
 	}
-	if old.callers != nil && nt.callers != nil && old.callers.rate == nt.callers.rate {
+	if old.callers != nil && nt.callers != nil && old.callers.rate == nt.callers.rate &&
+		old.callers.maxCallers == nt.callers.maxCallers {
 		nt.callers.gcra = old.callers.gcra
 	}
 	// Calls that read the old table before the Store may still resolve
@@ -131,12 +146,24 @@ type rejection struct {
 // limit has one. On rejection it records the decision and returns the
 // status the caller gets.
 func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) {
-	g := r.gate
-	if g.bucket != nil || r.t.callers != nil {
-		if rej := c.checkRates(ctx, r); rej != nil {
+	var ch charged
+	if r.gate.bucket != nil || r.t.callers != nil {
+		var rej *rejection
+		if ch, rej = c.checkRates(ctx, r); rej != nil {
 			return limiter.Token{}, rej
 		}
 	}
+	tok, rej := c.acquire(ctx, r)
+	if rej != nil {
+		// Turned away after all: the call spends no rate.
+		ch.refund()
+	}
+	return tok, rej
+}
+
+// acquire is admit's concurrency check.
+func (c *core) acquire(ctx context.Context, r *route) (limiter.Token, *rejection) {
+	g := r.gate
 	tok, ok, shed := c.tryAcquire(ctx, r)
 	switch {
 	case ok:

@@ -28,10 +28,13 @@
 //
 // A Limit may also carry a RateLimit, a fixed calls-per-second contract
 // checked before the adaptive concurrency limit, and WithCallerRateLimit
-// gives each caller (named by PeerIP, MetadataKey or a KeyFunc of your own)
-// a quota of its own. Calls over a rate get RESOURCE_EXHAUSTED with the
-// exact wait in the grpc-retry-pushback-ms trailer and in a
-// google.rpc.RetryInfo detail.
+// gives each caller a quota of its own, checked first. Name callers by
+// something they cannot forge: PeerIdentity (the verified mTLS
+// certificate), PeerIP (IPv6 by /64), an IPKey that believes
+// X-Forwarded-For only as far as your own proxies wrote it, or MetadataKey
+// for a header the server checks itself (an API key). Calls over a rate
+// get RESOURCE_EXHAUSTED with the exact wait in the grpc-retry-pushback-ms
+// trailer and in a google.rpc.RetryInfo detail.
 //
 // # Priorities
 //
@@ -55,9 +58,12 @@
 // # Reloading
 //
 // Server.Reload and Client.Reload apply new options to running
-// interceptors: everything is validated first (a bad configuration changes
-// nothing), unchanged limiters keep their learned limits, and calls admitted
-// before the reload return their permits to the limiter that gave them.
+// interceptors, layered over the options they were built with, so that a
+// config file that does not mention a setting made in code (a per-caller
+// quota, the priority header) leaves it as it was. Everything is validated
+// first (a bad configuration changes nothing), unchanged limiters keep
+// their learned limits, and calls admitted before the reload return their
+// permits to the limiter that gave them.
 //
 // # Streams
 //

@@ -89,6 +89,12 @@ func FuzzParseConfig(f *testing.F) {
 		`{"methods": [{"name": [{"service": ""}], "limit": {"exempt": true}}]}`,
 		`{"default": {"queue": {"target": "0.05s"}, "rate_limit": {"per_second": 10}}}`,
 		`{"default": {"aimdd": {}}}`,
+		`{"caller_limit": {"rate_limit": {"per_second": 5, "burst": 10}, "peer_identity": {}, "max_callers": 1000}}`,
+		`{"caller_limit": {"rate_limit": {"per_second": 1e-9, "burst": 2}, "ip": {"ipv4_prefix": 24, "ipv6_prefix": 48, "trusted_proxies": ["10.0.0.0/8", "fd00::/8"], "header": "x-real-ip"}}}`,
+		`{"caller_limit": {"rate_limit": {"per_second": 1}, "metadata": {"header": "x-api-key"}}, "priority_header": "x-priority"}`,
+		`{"caller_limit": {"rate_limit": {"per_second": 1}}}`,
+		`{"caller_limit": {"rate_limit": {"per_second": 1}, "ip": {"trusted_proxies": ["10.0.0.1/33"]}}}`,
+		`{"priority_header": "grpc-x"}`,
 		`[`,
 	} {
 		f.Add([]byte(s))

@@ -124,19 +124,32 @@ type config struct {
 	provider       metric.MeterProvider
 	callerKey      KeyFunc
 	callerRate     RateLimit
+	maxCallers     int
 	shares         PriorityShares
 	priorityHeader string
 	trust          func(context.Context) bool // nil: nobody
 	maxClaim       Priority
 	errs           []error
+	// layer counts the layers of options applied so far, minus one: see
+	// newConfig.
+	layer int
+	// skipFile makes options that came from a config file do nothing.
+	skipFile bool
 }
 
 type namedLimit struct {
 	name  string
 	limit Limit
+	layer int
 }
 
-func newConfig(opts []Option) config {
+// newConfig applies layers of options in order. A later layer overrides
+// what an earlier one set, method by method; within one layer a method
+// may be configured once. With more than one layer, the first is the base
+// a Reload builds on, and its options that came from a config file are
+// skipped: the file being reloaded replaces them whole, so that an entry
+// removed from the file is gone, not kept from the file's first version.
+func newConfig(layers ...[]Option) config {
 	c := config{
 		classifier: DefaultClassifier,
 		pushback:   DefaultPushback,
@@ -144,9 +157,13 @@ func newConfig(opts []Option) config {
 		shares:     DefaultPriorityShares,
 		maxClaim:   PriorityCritical,
 	}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&c)
+	for i, opts := range layers {
+		c.layer = i
+		c.skipFile = i == 0 && len(layers) > 1
+		for _, opt := range opts {
+			if opt != nil {
+				opt(&c)
+			}
 		}
 	}
 	return c
@@ -166,7 +183,7 @@ func WithDefault(l Limit) Option {
 // over the default. All methods of a service entry share one limiter.
 // Naming an entry of DefaultExempt replaces its exemption.
 func WithMethod(name string, l Limit) Option {
-	return func(c *config) { c.methods = append(c.methods, namedLimit{name, l}) }
+	return func(c *config) { c.methods = append(c.methods, namedLimit{name, l, c.layer}) }
 }
 
 // WithExempt exempts methods or services (names as for WithMethod) from
@@ -174,7 +191,7 @@ func WithMethod(name string, l Limit) Option {
 func WithExempt(names ...string) Option {
 	return func(c *config) {
 		for _, n := range names {
-			c.methods = append(c.methods, namedLimit{n, Limit{Exempt: true}})
+			c.methods = append(c.methods, namedLimit{n, Limit{Exempt: true}, c.layer})
 		}
 	}
 }
@@ -226,5 +243,14 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 			return
 		}
 		c.provider = p
+	}
+}
+
+// fileOption marks o as an option from a config file: see newConfig.
+func fileOption(o Option) Option {
+	return func(c *config) {
+		if !c.skipFile {
+			o(c)
+		}
 	}
 }

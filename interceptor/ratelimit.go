@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -53,54 +50,44 @@ func (r RateLimit) String() string {
 // are limited together rather than not at all.
 type KeyFunc func(ctx context.Context, fullMethod string) string
 
-// PeerIP is a KeyFunc naming callers by the IP address of the connection
-// (without the port). Behind a proxy every call has the proxy's address:
-// use MetadataKey with the header the proxy sets instead.
-func PeerIP(ctx context.Context, _ string) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	a := p.Addr.String()
-	if host, _, err := net.SplitHostPort(a); err == nil {
-		return host
-	}
-	return a
-}
-
-// MetadataKey returns a KeyFunc naming callers by the first value of the
-// request metadata header key (for example "x-api-key" or
-// "x-forwarded-for"). A header name is case-insensitive, like all gRPC
-// metadata keys. Calls without the header share one bucket.
-func MetadataKey(key string) KeyFunc {
-	return func(ctx context.Context, _ string) string {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get(key); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-}
-
 // anonymous is the GCRA key of calls whose KeyFunc returned "". Real keys
 // come from metadata or addresses, which never contain a NUL byte.
 const anonymous = "\x00anonymous"
 
-// DefaultMaxCallers bounds the callers WithCallerRateLimit tracks at once.
-// Callers idle long enough to be back to a full burst are forgotten first;
-// beyond the bound a new caller is rejected until a slot frees up, so a
-// flood of distinct keys cannot exhaust memory.
+// DefaultMaxCallers bounds the callers WithCallerRateLimit tracks at once
+// unless WithMaxCallers says otherwise. Callers are kept as 64-bit hashes
+// of their keys, about 30 bytes each: 100,000 take a few MiB.
 const DefaultMaxCallers = 100_000
+
+// WithMaxCallers bounds the callers WithCallerRateLimit tracks at once, so
+// that a flood of made-up caller keys cannot exhaust memory. The default
+// is DefaultMaxCallers. A new caller is never refused because the table
+// is full: the callers forgotten first are those back at a full burst,
+// who lose nothing; then those nearest to a full burst (see
+// limiter.WithMaxKeys). Size it above the callers you expect within one
+// burst window, so that only a flood makes anyone forget.
+func WithMaxCallers(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithMaxCallers(%d): must be >= 1", n))
+			return
+		}
+		c.maxCallers = n
+	}
+}
 
 // WithCallerRateLimit limits each caller, as named by key, to r: a
 // per-caller quota on top of the method limits (limiter.KeyedGCRA). It is
-// a server option. Rejected calls get RESOURCE_EXHAUSTED with the exact
+// a server option. The quota is checked before the method's rate and its
+// concurrency limit, so a caller over its quota spends nothing the
+// method's other callers share; a call a later check rejects gets its
+// caller's token back. Rejected calls get RESOURCE_EXHAUSTED with the exact
 // retry-after, in the grpc-retry-pushback-ms trailer and as a
 // google.rpc.RetryInfo detail.
 func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
 	return func(c *config) {
 		if key == nil {
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, MetadataKey or a func of your own"))
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own"))
 			return
 		}
 		c.callerKey, c.callerRate = key, r
@@ -109,9 +96,10 @@ func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
 
 // callerLimit is a Server's per-caller rate limit.
 type callerLimit struct {
-	key  KeyFunc
-	rate RateLimit
-	gcra *limiter.KeyedGCRA
+	key        KeyFunc
+	rate       RateLimit
+	maxCallers int
+	gcra       *limiter.KeyedGCRA
 }
 
 func newCallerLimit(c *config) (*callerLimit, error) {
@@ -121,11 +109,15 @@ func newCallerLimit(c *config) (*callerLimit, error) {
 	if !c.callerRate.enabled() {
 		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: RateLimit.PerSecond is 0, must be > 0")
 	}
-	g, err := limiter.NewKeyedGCRA(c.callerRate.PerSecond, c.callerRate.burst(), limiter.WithMaxKeys(DefaultMaxCallers))
+	maxCallers := c.maxCallers
+	if maxCallers == 0 {
+		maxCallers = DefaultMaxCallers
+	}
+	g, err := limiter.NewKeyedGCRA(c.callerRate.PerSecond, c.callerRate.burst(), limiter.WithMaxKeys(maxCallers))
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: %w", err)
 	}
-	return &callerLimit{key: c.callerKey, rate: c.callerRate, gcra: g}, nil
+	return &callerLimit{key: c.callerKey, rate: c.callerRate, maxCallers: maxCallers, gcra: g}, nil
 }
 
 // newBucket returns the token bucket of a Limit, nil if it has no rate.
@@ -136,15 +128,32 @@ func newBucket(r RateLimit) (*limiter.TokenBucket, error) {
 	return limiter.NewTokenBucket(r.PerSecond, r.burst())
 }
 
-// checkRates applies r's rate limit and the caller limit before a call
-// takes a permit. It returns nil when the call may go on.
-func (c *core) checkRates(ctx context.Context, r *route) *rejection {
-	if b := r.gate.bucket; b != nil {
-		if d := b.Decide(); !d.Allowed {
-			return c.rateReject(ctx, r, reasonRate, d.RetryAfter,
-				fmt.Sprintf("rate limit %s exceeded", r.gate.rate))
-		}
+// charged is what checkRates took for a call: tokens to give back if a
+// later check turns the call away, so that a call not served spends
+// neither its caller's quota nor the method's rate.
+type charged struct {
+	bucket *limiter.TokenBucket
+	gcra   *limiter.KeyedGCRA
+	key    string
+}
+
+// refund gives back what was taken.
+func (ch charged) refund() {
+	if ch.bucket != nil {
+		ch.bucket.Refund()
 	}
+	if ch.gcra != nil {
+		ch.gcra.Refund(ch.key)
+	}
+}
+
+// checkRates applies the caller limit, then r's rate limit, before a call
+// takes a permit. The caller's quota comes first: a caller over it must
+// not spend the rate the method shares with every other caller. A token
+// taken by one check is given back when a later one rejects the call. It
+// returns what it took, or the rejection.
+func (c *core) checkRates(ctx context.Context, r *route) (charged, *rejection) {
+	var ch charged
 	if cl := r.t.callers; cl != nil {
 		key := cl.key(ctx, r.full)
 		if key == "" {
@@ -155,14 +164,22 @@ func (c *core) checkRates(ctx context.Context, r *route) *rejection {
 		// through rather than fail every call, the concurrency limit still
 		// protects.
 		if err == nil && !d.Allowed {
-			what := fmt.Sprintf("caller rate limit %s exceeded", cl.rate)
-			if d.TableFull {
-				what = "too many distinct callers"
-			}
-			return c.rateReject(ctx, r, reasonCallerRate, d.RetryAfter, what)
+			return charged{}, c.rateReject(ctx, r, reasonCallerRate, d.RetryAfter,
+				fmt.Sprintf("caller rate limit %s exceeded", cl.rate))
+		}
+		if err == nil {
+			ch.gcra, ch.key = cl.gcra, key
 		}
 	}
-	return nil
+	if b := r.gate.bucket; b != nil {
+		if d := b.Decide(); !d.Allowed {
+			ch.refund()
+			return charged{}, c.rateReject(ctx, r, reasonRate, d.RetryAfter,
+				fmt.Sprintf("rate limit %s exceeded", r.gate.rate))
+		}
+		ch.bucket = b
+	}
+	return ch, nil
 }
 
 // rateReject builds the rejection of a call over a rate: the pushback is

@@ -118,6 +118,7 @@ func TestCallerRateLimit(t *testing.T) {
 func TestPeerIP(t *testing.T) {
 	tcp := &net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 5000}
 	v6 := &net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 443}
+	mapped := &net.TCPAddr{IP: net.ParseIP("::ffff:10.1.2.3"), Port: 5000}
 	unix := &net.UnixAddr{Name: "/run/app.sock", Net: "unix"}
 	tests := []struct {
 		name string
@@ -125,7 +126,8 @@ func TestPeerIP(t *testing.T) {
 		want string
 	}{
 		{"ipv4", peer.NewContext(context.Background(), &peer.Peer{Addr: tcp}), "10.1.2.3"},
-		{"ipv6", peer.NewContext(context.Background(), &peer.Peer{Addr: v6}), "2001:db8::1"},
+		{"ipv6 by its /64", peer.NewContext(context.Background(), &peer.Peer{Addr: v6}), "2001:db8::/64"},
+		{"ipv4-mapped", peer.NewContext(context.Background(), &peer.Peer{Addr: mapped}), "10.1.2.3"},
 		{"unix socket", peer.NewContext(context.Background(), &peer.Peer{Addr: unix}), "/run/app.sock"},
 		{"no peer", context.Background(), ""},
 		{"nil address", peer.NewContext(context.Background(), &peer.Peer{}), ""},
@@ -157,9 +159,11 @@ func TestRateLimitErrors(t *testing.T) {
 		{"negative burst", []Option{WithDefault(Limit{Rate: RateLimit{PerSecond: 5, Burst: -2}})}, false,
 			`interceptor: WithDefault: Limit.Rate: limiter: TokenBucket capacity is -2, must be >= 1`},
 		{"nil key func", []Option{WithCallerRateLimit(nil, RateLimit{PerSecond: 1})}, false,
-			`interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, MetadataKey or a func of your own`},
+			`interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own`},
 		{"zero caller rate", []Option{WithCallerRateLimit(PeerIP, RateLimit{})}, false,
 			`interceptor: WithCallerRateLimit: RateLimit.PerSecond is 0, must be > 0`},
+		{"max callers 0", []Option{WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 1}), WithMaxCallers(0)}, false,
+			`interceptor: WithMaxCallers(0): must be >= 1`},
 		{"caller limit on a client", []Option{WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 1})}, true,
 			`interceptor: WithCallerRateLimit is a server option: a client has one caller`},
 	}

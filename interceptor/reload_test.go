@@ -161,3 +161,45 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	assert.Positive(t, served.Load())
 }
+
+func TestReloadLayersOverBuiltWith(t *testing.T) {
+	s, err := NewServer(WithMethod(unaryMethod, fixed(3)), WithDefault(fixed(5)),
+		WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 1}))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	other := "/other.v1.Svc/Get"
+	tests := []struct {
+		name          string
+		opts          []Option
+		unary, def    int
+		callers       RateLimit
+		wantErr       string
+		unaryIsExempt bool
+	}{
+		{"nothing: as built", nil, 3, 5, RateLimit{PerSecond: 1}, "", false},
+		{"a method replaced", []Option{WithMethod(unaryMethod, fixed(7))}, 7, 5, RateLimit{PerSecond: 1}, "", false},
+		{"the default replaced, the method as built", []Option{WithDefault(fixed(9))}, 3, 9, RateLimit{PerSecond: 1}, "", false},
+		{"the quota replaced", []Option{WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 2})}, 3, 5, RateLimit{PerSecond: 2}, "", false},
+		{"a method made exempt", []Option{WithExempt(unaryMethod)}, 0, 5, RateLimit{PerSecond: 1}, "", true},
+		{"twice in one layer", []Option{WithMethod(unaryMethod, fixed(7)), WithMethod(unaryMethod, fixed(8))}, 3, 5, RateLimit{PerSecond: 1},
+			`interceptor: method "/sluice.test.v1.TestService/Unary" is configured twice`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := s.Reload(tt.opts...)
+			if tt.wantErr != "" {
+				require.EqualError(t, err, tt.wantErr)
+				require.NoError(t, s.Reload())
+			} else {
+				require.NoError(t, err)
+			}
+			if tt.unaryIsExempt {
+				assert.Nil(t, gateOf(s.core, unaryMethod))
+			} else {
+				assert.Equal(t, tt.unary, gateOf(s.core, unaryMethod).lim.Limit())
+			}
+			assert.Equal(t, tt.def, gateOf(s.core, other).lim.Limit())
+			assert.Equal(t, tt.callers, s.tab.Load().callers.rate)
+		})
+	}
+}

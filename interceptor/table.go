@@ -162,19 +162,21 @@ func newTable(c *config) (*table, error) {
 	if err := checkLimit("WithDefault", c.def); err != nil {
 		errs = append(errs, err)
 	}
-	seen := map[string]bool{}
-	add := func(name string, l Limit, user bool) {
+	seen := map[string]int{} // name -> layer that configured it
+	add := func(name string, l Limit, user bool, layer int) {
 		service, method, err := validMethod(name)
 		if err != nil {
 			errs = append(errs, err)
 			return
 		}
 		if user {
-			if seen[name] {
+			if at, ok := seen[name]; ok && at == layer {
 				errs = append(errs, fmt.Errorf("interceptor: method %q is configured twice", name))
 				return
 			}
-			seen[name] = true
+			// A later layer (Reload over the options of NewServer)
+			// replaces the entry.
+			seen[name] = layer
 			if err := checkLimit(fmt.Sprintf("WithMethod(%q)", name), l); err != nil {
 				errs = append(errs, err)
 				return
@@ -188,10 +190,10 @@ func newTable(c *config) (*table, error) {
 		}
 	}
 	for _, name := range DefaultExempt {
-		add(name, Limit{Exempt: true}, false)
+		add(name, Limit{Exempt: true}, false, -1)
 	}
 	for _, m := range c.methods {
-		add(m.name, m.limit, true)
+		add(m.name, m.limit, true, m.layer)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -16,13 +16,14 @@ type Reloader interface {
 
 // WatchConfig polls the config file at path every interval and, when its
 // contents change, reloads r with the options it describes followed by
-// extra (settings a file cannot express, such as WithClassifier). A file
-// that cannot be read, is larger than MaxConfigSize or is invalid changes
-// nothing: the error goes to onError (log.Printf when nil) and the running
-// configuration stays until a good file appears. The file's contents when
-// WatchConfig starts are taken as already applied. It returns ctx's error
-// when ctx is done, or an error at once for an interval <= 0 or a nil
-// Reloader.
+// extra (settings a file cannot express, such as WithClassifier). Reload
+// layers them over the options r was built with: what the file does not
+// set stays as built. A file that cannot be read, is larger than
+// MaxConfigSize or is invalid changes nothing: the error goes to onError
+// (log.Printf when nil) and the running configuration stays until a good
+// file appears. The file's contents when WatchConfig starts are taken as
+// already applied. It returns ctx's error when ctx is done, or an error at
+// once for an interval <= 0 or a nil Reloader.
 func WatchConfig(ctx context.Context, path string, interval time.Duration, r Reloader, onError func(error), extra ...Option) error {
 	if interval <= 0 {
 		return fmt.Errorf("interceptor: WatchConfig interval is %v, must be > 0", interval)

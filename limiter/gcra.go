@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,10 +36,9 @@ const (
 )
 
 // gcraShards is the number of independently locked parts of the key
-// table. The locks serialize only the insertion and removal of keys, so
-// that a flood of new keys holds up few of the others, and Cleanup or a
-// full shard's sweep stops only 1/64 of the table at a time; a power of
-// two picks the shard with a mask.
+// table, so that requests of different keys on different cores seldom
+// wait for one another, and a sweep stops only 1/64 of the table at a
+// time; a power of two picks the shard with a mask.
 const gcraShards = 64
 
 // A KeyedGCRA limits the rate of requests of each key (a client, a peer
@@ -55,11 +54,14 @@ const gcraShards = 64
 // forgetting it loses nothing: that is what Cleanup does, and why memory
 // follows the number of recently active keys, not of all keys ever seen.
 //
-// Deciding for a key already tracked takes no lock and allocates nothing:
-// the key is found in a concurrent map and its TAT moved with a
-// compare-and-swap, so requests of different clients on different cores
-// share no memory they write. The table is split into shards whose locks
-// serialize only the insertion and removal of keys.
+// Keys are not stored: the table holds a 64-bit hash of each key, with a
+// seed drawn at random for each limiter, next to its TAT, about 30 bytes
+// a key however long the key is. The seed is secret, so a client cannot
+// pick keys that collide with another's; two keys that collide by chance
+// (about one pair in 10^10 among 100,000 keys) share one budget.
+//
+// The table is split into shards, each under a short lock: deciding takes
+// one shard's lock for a map lookup and allocates nothing.
 //
 // Time comes from a Clock (WithGCRAClock). A clock error fails the call
 // with that error; the limiter is not changed. Time in a KeyedGCRA never
@@ -99,27 +101,13 @@ type gcraShard struct {
 }
 
 type gcraShardState struct {
-	keys sync.Map // string -> *gcraEntry; loads take no lock
-
-	// mu serializes the insertion and the removal of keys, and guards the
-	// fields below. Deciding for a tracked key does not take it.
-	mu    sync.Mutex
-	count int // keys in the shard
+	mu sync.Mutex
+	// tats maps a key's hash to its TAT, in ns since the limiter's epoch.
+	tats map[uint64]int64
 	// nextExpiry is at most the smallest TAT in the shard: before it, a
-	// sweep can free nothing, so a full shard refuses new keys in O(1).
+	// sweep can free nothing, so a full shard skips to eviction at once.
 	nextExpiry int64
 }
-
-// gcraEntry is a key's state: its TAT in ns since the limiter's epoch, or
-// deadTAT once Cleanup has claimed it for removal.
-type gcraEntry struct {
-	tat atomic.Int64
-}
-
-// deadTAT marks an entry being removed. Setting it by compare-and-swap is
-// what makes removal exact: a request that read the TAT before cannot then
-// move it, so no admission is ever recorded in a forgotten entry.
-const deadTAT = math.MinInt64
 
 // A GCRAOption configures a KeyedGCRA built by NewKeyedGCRA.
 type GCRAOption func(*gcraConfig)
@@ -139,16 +127,23 @@ func WithGCRAClock(c Clock) GCRAOption {
 // WithMaxKeys bounds the number of keys the limiter tracks, so that a
 // flood of distinct keys (spoofed client IDs, a scan of addresses) cannot
 // grow it without end. 0, the default, means no bound; memory then follows
-// the keys active within one burst window, provided Cleanup runs.
+// the keys active within one burst window, provided Cleanup runs. Each key
+// takes about 30 bytes, whatever its length: 100,000 keys fit in a few
+// MiB.
 //
 // The bound is kept per shard, as n/64 rounded up, so the limiter may hold
-// a few more than n keys, and a new key may be refused while other shards
-// have room. When a new key finds its shard full, the shard first drops
-// its idle keys; if none is idle, the new key is refused: Allow returns a
-// denial with Decision.TableFull set and RetryAfter the earliest time a
-// slot frees. Keys already tracked are never evicted to make room, because
-// an evicted key would get its burst back, which is what a flood of new
-// keys would then exploit.
+// a few more than n keys, and a shard may evict while others have room.
+//
+// A new key is never refused because the table is full: that would let a
+// flood of made-up keys lock every real newcomer out. Room is made
+// instead, by forgetting the keys that would have their whole burst back
+// within one interval: those whose TAT has passed hold no information
+// (they behave exactly like keys never seen), the others one request at
+// most. If there is none, the key whose TAT is earliest goes: the one that
+// would have its whole burst back soonest, so the one whose forgetting
+// grants the least. A flood of keys that each sent one request thus
+// evicts its own keys before those of callers that spent more of their
+// burst.
 func WithMaxKeys(n int) GCRAOption {
 	return func(g *gcraConfig) { g.maxKeys = n }
 }
@@ -210,6 +205,7 @@ func NewKeyedGCRA(rate float64, burst int, opts ...GCRAOption) (*KeyedGCRA, erro
 	}
 	g.latest.Store(math.MinInt64)
 	for i := range g.shards {
+		g.shards[i].tats = make(map[uint64]int64)
 		g.shards[i].nextExpiry = math.MaxInt64
 	}
 	return g, nil
@@ -246,8 +242,10 @@ func (g *KeyedGCRA) nanos() (read, now int64, err error) {
 	}
 }
 
-func (g *KeyedGCRA) shard(key string) *gcraShard {
-	return &g.shards[maphash.String(g.seed, key)&(gcraShards-1)]
+// hash returns key's hash and the shard it belongs to.
+func (g *KeyedGCRA) hash(key string) (uint64, *gcraShard) {
+	h := maphash.String(g.seed, key)
+	return h, &g.shards[h&(gcraShards-1)]
 }
 
 // Allow decides whether key may send a request now and, if so, counts it.
@@ -257,8 +255,8 @@ func (g *KeyedGCRA) shard(key string) *gcraShard {
 //
 // The error is non-nil only when no decision could be made: ErrEmptyKey,
 // or the clock's error (wrapped). The caller chooses whether to fail open
-// or closed then. A full key table (WithMaxKeys) is a denial, not an
-// error.
+// or closed then. A full key table (WithMaxKeys) never denies a new key:
+// it forgets another.
 func (g *KeyedGCRA) Allow(key string) (Decision, error) {
 	if key == "" {
 		return Decision{}, ErrEmptyKey
@@ -267,68 +265,75 @@ func (g *KeyedGCRA) Allow(key string) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	s := g.shard(key)
-	for {
-		v, ok := s.keys.Load(key)
-		if !ok {
-			if d, done := g.insert(s, key, read, now); done {
-				return d, nil
-			}
-			continue // the key was inserted meanwhile
-		}
-		e := v.(*gcraEntry)
-		tat := e.tat.Load()
-		if tat == deadTAT { // being removed: replace it once it is gone
-			if d, done := g.insert(s, key, read, now); done {
-				return d, nil
-			}
-			continue
-		}
-		next := max(tat, now) + g.interval
-		if next-now > g.window {
-			// The state moves by now, which never goes back; the wait is
-			// measured from read, the clock's own time, to be exact by it.
-			return Decision{RetryAfter: time.Duration(next - g.window - read)}, nil
-		}
-		if e.tat.CompareAndSwap(tat, next) {
-			return Decision{Allowed: true, Remaining: int((now + g.window - next) / g.interval)}, nil
-		}
-		// Another request of the key moved its TAT first: decide again.
-	}
-}
-
-// insert adds key to s with its first request counted, and returns the
-// decision and true; or false if the key turned out to be present, for
-// the caller to decide on it.
-func (g *KeyedGCRA) insert(s *gcraShard, key string, read, now int64) (Decision, bool) {
+	h, s := g.hash(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Removals happen whole under s.mu, so no dead entry is left here.
-	if _, ok := s.keys.Load(key); ok {
-		return Decision{}, false
+	tat, ok := s.tats[h]
+	if !ok {
+		if g.maxPerShard > 0 && len(s.tats) >= g.maxPerShard {
+			s.makeRoomLocked(now, g.interval)
+		}
+		tat = now
 	}
-	if g.maxPerShard > 0 && s.count >= g.maxPerShard && !s.makeRoomLocked(now, g.maxPerShard) {
-		return Decision{RetryAfter: time.Duration(s.nextExpiry - read), TableFull: true}, true
+	next := max(tat, now) + g.interval
+	if next-now > g.window {
+		// The state moves by now, which never goes back; the wait is
+		// measured from read, the clock's own time, to be exact by it.
+		return Decision{RetryAfter: time.Duration(next - g.window - read)}, nil
 	}
-	e := new(gcraEntry)
-	tat := now + g.interval
-	e.tat.Store(tat)
-	// A copy, so that the table does not keep alive a larger buffer the
-	// caller's key may be a slice of.
-	s.keys.Store(strings.Clone(key), e)
-	s.count++
-	s.nextExpiry = min(s.nextExpiry, tat)
-	return Decision{Allowed: true, Remaining: g.burst - 1}, true
+	s.tats[h] = next
+	if !ok {
+		s.nextExpiry = min(s.nextExpiry, next)
+	}
+	return Decision{Allowed: true, Remaining: int((now + g.window - next) / g.interval)}, nil
 }
 
-// makeRoomLocked drops the shard's idle keys if any can be idle by now,
-// and reports whether the shard then has room for one more key.
-func (s *gcraShard) makeRoomLocked(now int64, maxKeys int) bool {
-	if now < s.nextExpiry {
-		return false // no TAT has passed: a sweep would free nothing
+// Refund gives back a request that Allow admitted for key, when a later
+// check turned the request away after all: a request that was not served
+// should not count against its key. It moves the key's TAT back one
+// interval. A key forgotten meanwhile has its whole burst already, and a
+// key with more than its burst cannot be made, so there is nothing to do
+// for either. Refund only what Allow admitted, once.
+func (g *KeyedGCRA) Refund(key string) {
+	if key == "" {
+		return
 	}
-	s.sweepLocked(now)
-	return s.count < maxKeys
+	h, s := g.hash(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tat, ok := s.tats[h]; ok {
+		// nextExpiry must stay a lower bound of the shard's TATs.
+		s.tats[h] = tat - g.interval
+		s.nextExpiry = min(s.nextExpiry, tat-g.interval)
+	}
+}
+
+// makeRoomLocked frees at least one slot in a full shard. It forgets
+// every key that will have its whole burst back within one interval
+// (those whose TAT has passed hold no information at all; the others, one
+// request at most), or if there is none, the key with the earliest TAT.
+// Dropping all such keys in one pass keeps a flood of one-request keys
+// from costing a scan of the shard per new key.
+func (s *gcraShard) makeRoomLocked(now, interval int64) {
+	var (
+		removed int
+		victim  uint64
+		first   = int64(math.MaxInt64)
+	)
+	for h, tat := range s.tats {
+		if tat <= now+interval {
+			delete(s.tats, h)
+			removed++
+		} else if tat < first {
+			first, victim = tat, h
+		}
+	}
+	if removed == 0 && first != math.MaxInt64 {
+		delete(s.tats, victim)
+	}
+	// first is at most every TAT left: a lower bound, as nextExpiry must
+	// be.
+	s.nextExpiry = first
 }
 
 // sweepLocked removes the keys whose TAT is not after now, which have
@@ -337,26 +342,20 @@ func (s *gcraShard) makeRoomLocked(now int64, maxKeys int) bool {
 func (s *gcraShard) sweepLocked(now int64) int {
 	removed := 0
 	next := int64(math.MaxInt64)
-	s.keys.Range(func(k, v any) bool {
-		e := v.(*gcraEntry)
-		for {
-			tat := e.tat.Load()
-			if tat > now {
-				next = min(next, tat)
-				return true
-			}
-			if e.tat.CompareAndSwap(tat, deadTAT) {
-				s.keys.Delete(k)
-				removed++
-				return true
-			}
-			// A request moved the TAT meanwhile: look again.
+	for h, tat := range s.tats {
+		if tat <= now {
+			delete(s.tats, h)
+			removed++
+		} else {
+			next = min(next, tat)
 		}
-	})
-	s.count -= removed
-	// TATs only grow, and keys are added under s.mu, which lowers
-	// nextExpiry as needed: next stays a lower bound of the shard's TATs.
+	}
 	s.nextExpiry = next
+	if removed > len(s.tats) {
+		// A map keeps the room it once needed: after a flood has gone,
+		// give that memory back.
+		s.tats = maps.Clone(s.tats)
+	}
 	return removed
 }
 
@@ -377,7 +376,9 @@ func (g *KeyedGCRA) Cleanup() (int, error) {
 	for i := range g.shards {
 		s := &g.shards[i]
 		s.mu.Lock()
-		removed += s.sweepLocked(now)
+		if now >= s.nextExpiry {
+			removed += s.sweepLocked(now)
+		}
 		s.mu.Unlock()
 	}
 	return removed, nil
@@ -414,7 +415,7 @@ func (g *KeyedGCRA) Len() int {
 	for i := range g.shards {
 		s := &g.shards[i]
 		s.mu.Lock()
-		n += s.count
+		n += len(s.tats)
 		s.mu.Unlock()
 	}
 	return n

@@ -33,12 +33,6 @@ type Decision struct {
 	// Remaining is how many more requests would be allowed at once, right
 	// after this one. 0 when the request is denied.
 	Remaining int
-
-	// TableFull reports a KeyedGCRA denial of a new key because its table
-	// of keys is full (see WithMaxKeys), rather than because the key
-	// exceeded its rate. RetryAfter is then the earliest time a slot can
-	// free up.
-	TableFull bool
 }
 
 // epsilonFor returns the part of a token that the bucket may lack and
@@ -217,6 +211,20 @@ func (b *TokenBucket) Decide() Decision {
 		return Decision{Allowed: true, Remaining: b.remainingLocked()}
 	}
 	return Decision{RetryAfter: b.delayLocked(now, float64(b.nwait+1))}
+}
+
+// Refund puts back a token that Allow, Decide or Wait took, when a later
+// check turned the request away after all: a request that was not served
+// should not spend the rate. The bucket never holds more than its
+// capacity, and a waiter, if any, is told a token came. Refund only what
+// was taken, once.
+func (b *TokenBucket) Refund() {
+	now := b.nanos()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advanceLocked(now)
+	b.tokens = min(b.capacity, b.tokens+1)
+	b.nudgeHeadLocked()
 }
 
 // RetryAfter returns how long until Allow would admit a request, 0 if it

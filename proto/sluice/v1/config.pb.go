@@ -85,9 +85,11 @@ func (Priority) EnumDescriptor() ([]byte, []int) {
 }
 
 // Config sets the limits of a server or a client: one for every method no
-// entry names, and one per named method or service. Settings of the whole
-// interceptor (classifier, priority shares, per-caller quotas) are not
-// part of it yet; they will be added as fields of their own.
+// entry names, and one per named method or service, and the settings of
+// the whole interceptor that a file can express (per-caller quotas, the
+// priority header). When a running server reloads its file, the file is
+// layered over the options the server was built with: what the file
+// leaves unset stays as built.
 type Config struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The limit of every method that no entry of methods matches. Each such
@@ -97,9 +99,16 @@ type Config struct {
 	// The limits of named methods and services. A method entry wins over its
 	// service's entry, which wins over default. A name may appear only once
 	// in the whole file.
-	Methods       []*MethodConfig `protobuf:"bytes,2,rep,name=methods,proto3" json:"methods,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Methods []*MethodConfig `protobuf:"bytes,2,rep,name=methods,proto3" json:"methods,omitempty"`
+	// A quota per caller, checked before the methods' limits (server only:
+	// interceptor.WithCallerRateLimit). Unset: as built, none by default.
+	CallerLimit *CallerLimit `protobuf:"bytes,3,opt,name=caller_limit,json=callerLimit,proto3" json:"caller_limit,omitempty"`
+	// The metadata key a call may name its priority in
+	// (interceptor.WithPriorityHeader), for example "x-priority". Empty: as
+	// built, none by default.
+	PriorityHeader string `protobuf:"bytes,4,opt,name=priority_header,json=priorityHeader,proto3" json:"priority_header,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
@@ -146,6 +155,310 @@ func (x *Config) GetMethods() []*MethodConfig {
 	return nil
 }
 
+func (x *Config) GetCallerLimit() *CallerLimit {
+	if x != nil {
+		return x.CallerLimit
+	}
+	return nil
+}
+
+func (x *Config) GetPriorityHeader() string {
+	if x != nil {
+		return x.PriorityHeader
+	}
+	return ""
+}
+
+// CallerLimit gives each caller a quota of its own. Name callers by
+// something they cannot forge.
+type CallerLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Each caller's rate; per_second is required.
+	RateLimit *RateLimit `protobuf:"bytes,1,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// How callers are named; one is required.
+	//
+	// Types that are valid to be assigned to Key:
+	//
+	//	*CallerLimit_Ip
+	//	*CallerLimit_PeerIdentity
+	//	*CallerLimit_Metadata
+	Key isCallerLimit_Key `protobuf_oneof:"key"`
+	// At most this many callers are tracked at once, in [1, 2147483647];
+	// past it, the callers nearest a full burst are forgotten. 0: 100000.
+	MaxCallers    int32 `protobuf:"varint,5,opt,name=max_callers,json=maxCallers,proto3" json:"max_callers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallerLimit) Reset() {
+	*x = CallerLimit{}
+	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallerLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallerLimit) ProtoMessage() {}
+
+func (x *CallerLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallerLimit.ProtoReflect.Descriptor instead.
+func (*CallerLimit) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CallerLimit) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+func (x *CallerLimit) GetKey() isCallerLimit_Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *CallerLimit) GetIp() *IpKey {
+	if x != nil {
+		if x, ok := x.Key.(*CallerLimit_Ip); ok {
+			return x.Ip
+		}
+	}
+	return nil
+}
+
+func (x *CallerLimit) GetPeerIdentity() *PeerIdentityKey {
+	if x != nil {
+		if x, ok := x.Key.(*CallerLimit_PeerIdentity); ok {
+			return x.PeerIdentity
+		}
+	}
+	return nil
+}
+
+func (x *CallerLimit) GetMetadata() *MetadataKey {
+	if x != nil {
+		if x, ok := x.Key.(*CallerLimit_Metadata); ok {
+			return x.Metadata
+		}
+	}
+	return nil
+}
+
+func (x *CallerLimit) GetMaxCallers() int32 {
+	if x != nil {
+		return x.MaxCallers
+	}
+	return 0
+}
+
+type isCallerLimit_Key interface {
+	isCallerLimit_Key()
+}
+
+type CallerLimit_Ip struct {
+	// By IP address (interceptor.IPKey): the connection's, or behind
+	// trusted proxies, the rightmost address they did not write
+	// themselves.
+	Ip *IpKey `protobuf:"bytes,2,opt,name=ip,proto3,oneof"`
+}
+
+type CallerLimit_PeerIdentity struct {
+	// By the verified mTLS client certificate (interceptor.PeerIdentity):
+	// its first URI SAN, else first DNS SAN, else subject. Calls without
+	// one share one quota.
+	PeerIdentity *PeerIdentityKey `protobuf:"bytes,3,opt,name=peer_identity,json=peerIdentity,proto3,oneof"`
+}
+
+type CallerLimit_Metadata struct {
+	// By the first value of a metadata header (interceptor.MetadataKey).
+	// Only for a header the server itself checks, such as an API key:
+	// never for an address header a client can write.
+	Metadata *MetadataKey `protobuf:"bytes,4,opt,name=metadata,proto3,oneof"`
+}
+
+func (*CallerLimit_Ip) isCallerLimit_Key() {}
+
+func (*CallerLimit_PeerIdentity) isCallerLimit_Key() {}
+
+func (*CallerLimit_Metadata) isCallerLimit_Key() {}
+
+// IpKey names callers by IP address (interceptor.IPKey).
+type IpKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many leading bits of an IPv4 address name a caller, in [1, 32].
+	// 0: 32.
+	Ipv4Prefix int32 `protobuf:"varint,1,opt,name=ipv4_prefix,json=ipv4Prefix,proto3" json:"ipv4_prefix,omitempty"`
+	// How many leading bits of an IPv6 address name a caller, in [1, 128].
+	// 0: 64, as one host usually has a whole /64.
+	Ipv6Prefix int32 `protobuf:"varint,2,opt,name=ipv6_prefix,json=ipv6Prefix,proto3" json:"ipv6_prefix,omitempty"`
+	// The networks of the proxies in front of the server, in CIDR form
+	// ("10.0.0.0/8", "2001:db8::/32"). Empty: the header is not read.
+	TrustedProxies []string `protobuf:"bytes,3,rep,name=trusted_proxies,json=trustedProxies,proto3" json:"trusted_proxies,omitempty"`
+	// The header trusted proxies append the address they saw to. Empty:
+	// "x-forwarded-for". Requires trusted_proxies.
+	Header        string `protobuf:"bytes,4,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IpKey) Reset() {
+	*x = IpKey{}
+	mi := &file_sluice_v1_config_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IpKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IpKey) ProtoMessage() {}
+
+func (x *IpKey) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_config_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IpKey.ProtoReflect.Descriptor instead.
+func (*IpKey) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *IpKey) GetIpv4Prefix() int32 {
+	if x != nil {
+		return x.Ipv4Prefix
+	}
+	return 0
+}
+
+func (x *IpKey) GetIpv6Prefix() int32 {
+	if x != nil {
+		return x.Ipv6Prefix
+	}
+	return 0
+}
+
+func (x *IpKey) GetTrustedProxies() []string {
+	if x != nil {
+		return x.TrustedProxies
+	}
+	return nil
+}
+
+func (x *IpKey) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
+// PeerIdentityKey names callers by their verified client certificate.
+type PeerIdentityKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerIdentityKey) Reset() {
+	*x = PeerIdentityKey{}
+	mi := &file_sluice_v1_config_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerIdentityKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerIdentityKey) ProtoMessage() {}
+
+func (x *PeerIdentityKey) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_config_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerIdentityKey.ProtoReflect.Descriptor instead.
+func (*PeerIdentityKey) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{3}
+}
+
+// MetadataKey names callers by a header the server checks itself.
+type MetadataKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The metadata key, for example "x-api-key"; required.
+	Header        string `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataKey) Reset() {
+	*x = MetadataKey{}
+	mi := &file_sluice_v1_config_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataKey) ProtoMessage() {}
+
+func (x *MetadataKey) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_config_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataKey.ProtoReflect.Descriptor instead.
+func (*MetadataKey) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MetadataKey) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
 // MethodConfig applies one limit to the methods and services it names.
 type MethodConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -161,7 +474,7 @@ type MethodConfig struct {
 
 func (x *MethodConfig) Reset() {
 	*x = MethodConfig{}
-	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	mi := &file_sluice_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -173,7 +486,7 @@ func (x *MethodConfig) String() string {
 func (*MethodConfig) ProtoMessage() {}
 
 func (x *MethodConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	mi := &file_sluice_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -186,7 +499,7 @@ func (x *MethodConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodConfig.ProtoReflect.Descriptor instead.
 func (*MethodConfig) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MethodConfig) GetName() []*MethodConfig_Name {
@@ -234,7 +547,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_sluice_v1_config_proto_msgTypes[2]
+	mi := &file_sluice_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -246,7 +559,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[2]
+	mi := &file_sluice_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -259,7 +572,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Limit) GetAlgorithm() isLimit_Algorithm {
@@ -389,7 +702,7 @@ type Aimd struct {
 
 func (x *Aimd) Reset() {
 	*x = Aimd{}
-	mi := &file_sluice_v1_config_proto_msgTypes[3]
+	mi := &file_sluice_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +714,7 @@ func (x *Aimd) String() string {
 func (*Aimd) ProtoMessage() {}
 
 func (x *Aimd) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[3]
+	mi := &file_sluice_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +727,7 @@ func (x *Aimd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Aimd.ProtoReflect.Descriptor instead.
 func (*Aimd) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Aimd) GetInitialLimit() int32 {
@@ -486,7 +799,7 @@ type Vegas struct {
 
 func (x *Vegas) Reset() {
 	*x = Vegas{}
-	mi := &file_sluice_v1_config_proto_msgTypes[4]
+	mi := &file_sluice_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +811,7 @@ func (x *Vegas) String() string {
 func (*Vegas) ProtoMessage() {}
 
 func (x *Vegas) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[4]
+	mi := &file_sluice_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +824,7 @@ func (x *Vegas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Vegas.ProtoReflect.Descriptor instead.
 func (*Vegas) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Vegas) GetInitialLimit() int32 {
@@ -587,7 +900,7 @@ type Gradient2 struct {
 
 func (x *Gradient2) Reset() {
 	*x = Gradient2{}
-	mi := &file_sluice_v1_config_proto_msgTypes[5]
+	mi := &file_sluice_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +912,7 @@ func (x *Gradient2) String() string {
 func (*Gradient2) ProtoMessage() {}
 
 func (x *Gradient2) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[5]
+	mi := &file_sluice_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +925,7 @@ func (x *Gradient2) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gradient2.ProtoReflect.Descriptor instead.
 func (*Gradient2) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Gradient2) GetInitialLimit() int32 {
@@ -668,7 +981,7 @@ type Fixed struct {
 
 func (x *Fixed) Reset() {
 	*x = Fixed{}
-	mi := &file_sluice_v1_config_proto_msgTypes[6]
+	mi := &file_sluice_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +993,7 @@ func (x *Fixed) String() string {
 func (*Fixed) ProtoMessage() {}
 
 func (x *Fixed) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[6]
+	mi := &file_sluice_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +1006,7 @@ func (x *Fixed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fixed.ProtoReflect.Descriptor instead.
 func (*Fixed) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Fixed) GetLimit() int32 {
@@ -722,7 +1035,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_sluice_v1_config_proto_msgTypes[7]
+	mi := &file_sluice_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +1047,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[7]
+	mi := &file_sluice_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +1060,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Queue) GetBound() isQueue_Bound {
@@ -818,7 +1131,7 @@ type RateLimit struct {
 
 func (x *RateLimit) Reset() {
 	*x = RateLimit{}
-	mi := &file_sluice_v1_config_proto_msgTypes[8]
+	mi := &file_sluice_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1143,7 @@ func (x *RateLimit) String() string {
 func (*RateLimit) ProtoMessage() {}
 
 func (x *RateLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[8]
+	mi := &file_sluice_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1156,7 @@ func (x *RateLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
 func (*RateLimit) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RateLimit) GetPerSecond() float64 {
@@ -873,7 +1186,7 @@ type MethodConfig_Name struct {
 
 func (x *MethodConfig_Name) Reset() {
 	*x = MethodConfig_Name{}
-	mi := &file_sluice_v1_config_proto_msgTypes[9]
+	mi := &file_sluice_v1_config_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1198,7 @@ func (x *MethodConfig_Name) String() string {
 func (*MethodConfig_Name) ProtoMessage() {}
 
 func (x *MethodConfig_Name) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[9]
+	mi := &file_sluice_v1_config_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1211,7 @@ func (x *MethodConfig_Name) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodConfig_Name.ProtoReflect.Descriptor instead.
 func (*MethodConfig_Name) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{1, 0}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{5, 0}
 }
 
 func (x *MethodConfig_Name) GetService() string {
@@ -919,10 +1232,31 @@ var File_sluice_v1_config_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"g\n" +
+	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xcb\x01\n" +
 	"\x06Config\x12*\n" +
 	"\adefault\x18\x01 \x01(\v2\x10.sluice.v1.LimitR\adefault\x121\n" +
-	"\amethods\x18\x02 \x03(\v2\x17.sluice.v1.MethodConfigR\amethods\"\xa2\x01\n" +
+	"\amethods\x18\x02 \x03(\v2\x17.sluice.v1.MethodConfigR\amethods\x129\n" +
+	"\fcaller_limit\x18\x03 \x01(\v2\x16.sluice.v1.CallerLimitR\vcallerLimit\x12'\n" +
+	"\x0fpriority_header\x18\x04 \x01(\tR\x0epriorityHeader\"\x87\x02\n" +
+	"\vCallerLimit\x123\n" +
+	"\n" +
+	"rate_limit\x18\x01 \x01(\v2\x14.sluice.v1.RateLimitR\trateLimit\x12\"\n" +
+	"\x02ip\x18\x02 \x01(\v2\x10.sluice.v1.IpKeyH\x00R\x02ip\x12A\n" +
+	"\rpeer_identity\x18\x03 \x01(\v2\x1a.sluice.v1.PeerIdentityKeyH\x00R\fpeerIdentity\x124\n" +
+	"\bmetadata\x18\x04 \x01(\v2\x16.sluice.v1.MetadataKeyH\x00R\bmetadata\x12\x1f\n" +
+	"\vmax_callers\x18\x05 \x01(\x05R\n" +
+	"maxCallersB\x05\n" +
+	"\x03key\"\x8a\x01\n" +
+	"\x05IpKey\x12\x1f\n" +
+	"\vipv4_prefix\x18\x01 \x01(\x05R\n" +
+	"ipv4Prefix\x12\x1f\n" +
+	"\vipv6_prefix\x18\x02 \x01(\x05R\n" +
+	"ipv6Prefix\x12'\n" +
+	"\x0ftrusted_proxies\x18\x03 \x03(\tR\x0etrustedProxies\x12\x16\n" +
+	"\x06header\x18\x04 \x01(\tR\x06header\"\x11\n" +
+	"\x0fPeerIdentityKey\"%\n" +
+	"\vMetadataKey\x12\x16\n" +
+	"\x06header\x18\x01 \x01(\tR\x06header\"\xa2\x01\n" +
 	"\fMethodConfig\x120\n" +
 	"\x04name\x18\x01 \x03(\v2\x1c.sluice.v1.MethodConfig.NameR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.sluice.v1.LimitR\x05limit\x1a8\n" +
@@ -994,40 +1328,49 @@ func file_sluice_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sluice_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_sluice_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_sluice_v1_config_proto_goTypes = []any{
 	(Priority)(0),               // 0: sluice.v1.Priority
 	(*Config)(nil),              // 1: sluice.v1.Config
-	(*MethodConfig)(nil),        // 2: sluice.v1.MethodConfig
-	(*Limit)(nil),               // 3: sluice.v1.Limit
-	(*Aimd)(nil),                // 4: sluice.v1.Aimd
-	(*Vegas)(nil),               // 5: sluice.v1.Vegas
-	(*Gradient2)(nil),           // 6: sluice.v1.Gradient2
-	(*Fixed)(nil),               // 7: sluice.v1.Fixed
-	(*Queue)(nil),               // 8: sluice.v1.Queue
-	(*RateLimit)(nil),           // 9: sluice.v1.RateLimit
-	(*MethodConfig_Name)(nil),   // 10: sluice.v1.MethodConfig.Name
-	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
+	(*CallerLimit)(nil),         // 2: sluice.v1.CallerLimit
+	(*IpKey)(nil),               // 3: sluice.v1.IpKey
+	(*PeerIdentityKey)(nil),     // 4: sluice.v1.PeerIdentityKey
+	(*MetadataKey)(nil),         // 5: sluice.v1.MetadataKey
+	(*MethodConfig)(nil),        // 6: sluice.v1.MethodConfig
+	(*Limit)(nil),               // 7: sluice.v1.Limit
+	(*Aimd)(nil),                // 8: sluice.v1.Aimd
+	(*Vegas)(nil),               // 9: sluice.v1.Vegas
+	(*Gradient2)(nil),           // 10: sluice.v1.Gradient2
+	(*Fixed)(nil),               // 11: sluice.v1.Fixed
+	(*Queue)(nil),               // 12: sluice.v1.Queue
+	(*RateLimit)(nil),           // 13: sluice.v1.RateLimit
+	(*MethodConfig_Name)(nil),   // 14: sluice.v1.MethodConfig.Name
+	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
 }
 var file_sluice_v1_config_proto_depIdxs = []int32{
-	3,  // 0: sluice.v1.Config.default:type_name -> sluice.v1.Limit
-	2,  // 1: sluice.v1.Config.methods:type_name -> sluice.v1.MethodConfig
-	10, // 2: sluice.v1.MethodConfig.name:type_name -> sluice.v1.MethodConfig.Name
-	3,  // 3: sluice.v1.MethodConfig.limit:type_name -> sluice.v1.Limit
-	4,  // 4: sluice.v1.Limit.aimd:type_name -> sluice.v1.Aimd
-	5,  // 5: sluice.v1.Limit.vegas:type_name -> sluice.v1.Vegas
-	6,  // 6: sluice.v1.Limit.gradient2:type_name -> sluice.v1.Gradient2
-	7,  // 7: sluice.v1.Limit.fixed:type_name -> sluice.v1.Fixed
-	8,  // 8: sluice.v1.Limit.queue:type_name -> sluice.v1.Queue
-	9,  // 9: sluice.v1.Limit.rate_limit:type_name -> sluice.v1.RateLimit
-	0,  // 10: sluice.v1.Limit.priority:type_name -> sluice.v1.Priority
-	11, // 11: sluice.v1.Aimd.timeout:type_name -> google.protobuf.Duration
-	11, // 12: sluice.v1.Queue.target:type_name -> google.protobuf.Duration
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	7,  // 0: sluice.v1.Config.default:type_name -> sluice.v1.Limit
+	6,  // 1: sluice.v1.Config.methods:type_name -> sluice.v1.MethodConfig
+	2,  // 2: sluice.v1.Config.caller_limit:type_name -> sluice.v1.CallerLimit
+	13, // 3: sluice.v1.CallerLimit.rate_limit:type_name -> sluice.v1.RateLimit
+	3,  // 4: sluice.v1.CallerLimit.ip:type_name -> sluice.v1.IpKey
+	4,  // 5: sluice.v1.CallerLimit.peer_identity:type_name -> sluice.v1.PeerIdentityKey
+	5,  // 6: sluice.v1.CallerLimit.metadata:type_name -> sluice.v1.MetadataKey
+	14, // 7: sluice.v1.MethodConfig.name:type_name -> sluice.v1.MethodConfig.Name
+	7,  // 8: sluice.v1.MethodConfig.limit:type_name -> sluice.v1.Limit
+	8,  // 9: sluice.v1.Limit.aimd:type_name -> sluice.v1.Aimd
+	9,  // 10: sluice.v1.Limit.vegas:type_name -> sluice.v1.Vegas
+	10, // 11: sluice.v1.Limit.gradient2:type_name -> sluice.v1.Gradient2
+	11, // 12: sluice.v1.Limit.fixed:type_name -> sluice.v1.Fixed
+	12, // 13: sluice.v1.Limit.queue:type_name -> sluice.v1.Queue
+	13, // 14: sluice.v1.Limit.rate_limit:type_name -> sluice.v1.RateLimit
+	0,  // 15: sluice.v1.Limit.priority:type_name -> sluice.v1.Priority
+	15, // 16: sluice.v1.Aimd.timeout:type_name -> google.protobuf.Duration
+	15, // 17: sluice.v1.Queue.target:type_name -> google.protobuf.Duration
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_config_proto_init() }
@@ -1035,13 +1378,18 @@ func file_sluice_v1_config_proto_init() {
 	if File_sluice_v1_config_proto != nil {
 		return
 	}
-	file_sluice_v1_config_proto_msgTypes[2].OneofWrappers = []any{
+	file_sluice_v1_config_proto_msgTypes[1].OneofWrappers = []any{
+		(*CallerLimit_Ip)(nil),
+		(*CallerLimit_PeerIdentity)(nil),
+		(*CallerLimit_Metadata)(nil),
+	}
+	file_sluice_v1_config_proto_msgTypes[6].OneofWrappers = []any{
 		(*Limit_Aimd)(nil),
 		(*Limit_Vegas)(nil),
 		(*Limit_Gradient2)(nil),
 		(*Limit_Fixed)(nil),
 	}
-	file_sluice_v1_config_proto_msgTypes[7].OneofWrappers = []any{
+	file_sluice_v1_config_proto_msgTypes[11].OneofWrappers = []any{
 		(*Queue_Size)(nil),
 		(*Queue_Target)(nil),
 	}
@@ -1051,7 +1399,7 @@ func file_sluice_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_config_proto_rawDesc), len(file_sluice_v1_config_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
