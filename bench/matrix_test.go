@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/failsafegrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -208,8 +211,12 @@ func clientProtections() []matrixProtection {
 			return nil, c.DialOptions(), sluiceLimit(c.Limiters), func() { _ = c.Close() }, nil
 		}},
 		{"failsafe client defaults", false, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
-			g := NewFailsafe()
-			return nil, []grpc.DialOption{grpc.WithChainUnaryInterceptor(guardClientInterceptor(g))}, g.Limiter.Limit, func() {}, nil
+			// failsafe-go's own client-side use: its gRPC client
+			// interceptor around a default adaptive limiter, as
+			// failsafegrpc documents it. A rejection comes back as
+			// adaptivelimiter.ErrExceeded, not as a gRPC status.
+			l := adaptivelimiter.NewWithDefaults[any]()
+			return nil, []grpc.DialOption{grpc.WithChainUnaryInterceptor(failsafegrpc.NewUnaryClientInterceptor[any](l))}, l.Limit, func() {}, nil
 		}},
 	}
 }
@@ -224,22 +231,6 @@ func protectionsFor(sc scenario, allFrontier bool) []matrixProtection {
 	return slices.DeleteFunc(ps, func(p matrixProtection) bool {
 		return p.frontier && !sc.frontier && !allFrontier
 	})
-}
-
-// guardClientInterceptor is the unary client interceptor of a Guard, the
-// client-side twin of guardInterceptor: a rejected call fails with
-// RESOURCE_EXHAUSTED without being sent, and an admitted one reports the
-// call's error to the Guard when it returns.
-func guardClientInterceptor(g Guard) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		finish, err := g.Admit(ctx)
-		if err != nil {
-			return status.Error(codes.ResourceExhausted, err.Error())
-		}
-		err = invoker(ctx, method, req, reply, cc, opts...)
-		finish(err)
-		return err
-	}
 }
 
 // quotaService wraps svc so that a share of its calls, drawn from a seeded
@@ -330,6 +321,9 @@ func runScenario(ctx context.Context, sc scenario, p matrixProtection, phase, sk
 	classify := func(err error) loadgen.Result {
 		if s, _ := status.FromError(err); s.Code() == codes.ResourceExhausted && s.Message() == quotaMessage {
 			return loadgen.Failed // counted apart from real failures below
+		}
+		if errors.Is(err, adaptivelimiter.ErrExceeded) {
+			return loadgen.Rejected // failsafegrpc's client interceptor
 		}
 		r := overload.Classify(err)
 		if r == loadgen.Failed {
@@ -693,8 +687,8 @@ func writeMatrixReport(w io.Writer, rows []matrixRow, s matrixSettings) {
 	fmt.Fprintf(w, "Protections: *sluice defaults* is `interceptor.NewServer()` with no option; *failsafe defaults* is "+
 		"failsafe-go's `adaptivelimiter.NewWithDefaults()` through a unary interceptor (rejection = RESOURCE_EXHAUSTED); "+
 		"*static C+8* is a semaphore admitting %d calls, no queue (the frontier a limit that knows C reaches); "+
-		"*unprotected* has no limit. The client-side scenarios put `interceptor.NewClient()`'s DialOptions, or failsafe's "+
-		"limiter in a unary client interceptor, in front of an unprotected server. The unprotected and static rows run only "+
+		"*unprotected* has no limit. The client-side scenarios put `interceptor.NewClient()`'s DialOptions, or failsafegrpc's "+
+		"unary client interceptor around `adaptivelimiter.NewWithDefaults()`, in front of an unprotected server. The unprotected and static rows run only "+
 		"in the FIFO load scenarios at S = 20 ms (and unprotected in the client-side ones) unless -matrix.frontier is set.\n\n", matrixStatic)
 	fmt.Fprintf(w, "Goodput is the calls that succeeded within their deadline; ideal is min(offered, C/S) (per stage in the step "+
 		"scenarios, counted over the calls that arrived in the summarized stretch, so that it can pass 100 %% by a little when "+
