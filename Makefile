@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload bench lint fmt check-tidy tidy generate check-generate fuzz soak ci demo
+.PHONY: all test overload bench bench-overload lint fmt check-tidy tidy generate check-generate fuzz soak ci demo
 
 all: ci
 
@@ -43,6 +43,31 @@ bench:
 		{ cat $(BENCH_OUT)/overload.txt; exit 1; }; \
 	cat $(BENCH_OUT)/overload.md; \
 	echo "== make bench took $$(( $$(date +%s) - start )) s"
+
+## bench-overload: the overload matrix over real gRPC on loopback TCP:
+## offered load 0.8x to 5x on FIFO and processor-sharing backends (C = 16,
+## S = 20 ms, and 100 ms at 1x and 2x), a capacity step C -> C/2 -> C with
+## recovery times, a handler refusing 3% of calls itself, noisy service
+## times and the client side, each run with sluice's defaults beside
+## failsafe-go's adaptivelimiter defaults (and unprotected and a static
+## C+8 where cheap). Prints one markdown table of medians and writes it to
+## bench-out/overload-matrix.md (log in bench-out/overload-matrix.txt).
+## About 18 minutes on 2 cores at the defaults; MATRIX_REPS=1
+## MATRIX_SCALE=0.5 gives a quick look in about 3, and MATRIX_RUN (a
+## regular expression) picks scenarios by name, e.g. MATRIX_RUN=quota.
+MATRIX_REPS  ?= 3
+MATRIX_SCALE ?= 1
+MATRIX_RUN   ?=
+bench-overload:
+	@set -e; mkdir -p $(BENCH_OUT); start=$$(date +%s); \
+	commit=$$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- . || echo -dirty); \
+	echo "== overload matrix at $$commit: $(MATRIX_REPS) repetition(s), phases scaled by $(MATRIX_SCALE) > bench-out/overload-matrix.txt"; \
+	(cd bench && $(GO) test -count=1 -run '^TestOverloadMatrix$$' -v -timeout 60m -matrix \
+		-matrix.reps $(MATRIX_REPS) -matrix.scale $(MATRIX_SCALE) -matrix.commit $$commit -matrix.run '$(MATRIX_RUN)' \
+		-matrix.out $(BENCH_OUT)/overload-matrix.md . > $(BENCH_OUT)/overload-matrix.txt 2>&1) || \
+		{ cat $(BENCH_OUT)/overload-matrix.txt; exit 1; }; \
+	cat $(BENCH_OUT)/overload-matrix.md; \
+	echo "== make bench-overload took $$(( $$(date +%s) - start )) s"
 
 ## fuzz: every fuzz target of the root module for FUZZTIME each; the seed
 ## corpora in each package's testdata/fuzz run with plain `go test` too.

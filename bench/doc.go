@@ -56,6 +56,25 @@
 // bench` at the repository root runs all of the above and writes
 // bench-out/; RESULTS.md records a run.
 //
+// # Overload matrix
+//
+// TestOverloadMatrix measures sluice's defaults beside failsafe-go's
+// adaptivelimiter defaults over a grid of scenarios on real gRPC over
+// 127.0.0.1: offered load from 0.8× to 5× on FIFO and processor-sharing
+// backends of 16 workers (S = 20 ms, and 100 ms at 1× and 2×), a capacity
+// step C → C/2 → C with the time to recover from each change, a handler
+// that refuses 3% of calls itself with RESOURCE_EXHAUSTED, exponential
+// service times at 2×, and both libraries on the client side in front of
+// an unprotected server (failsafe-go through failsafegrpc's client
+// interceptor). Unprotected and a static limit of C+8 frame the FIFO load
+// scenarios. Each figure of its markdown table is the median of
+// -matrix.reps runs; -matrix.scale shortens the 6 s phases. It is skipped
+// unless run with -matrix or SLUICE_BENCH_MATRIX=1, and `make
+// bench-overload` runs it (about 18 minutes) into
+// bench-out/overload-matrix.md. TestOverloadMatrixSmoke runs one
+// half-second scenario in every test pass, with no performance assertion,
+// so that the instrument keeps working.
+//
 // # Side effects of the peers
 //
 // Linking go-zero's load package and Kratos's bbr package starts

@@ -1,0 +1,763 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/failsafegrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/interceptor"
+	"github.com/sluice-go/sluice/internal/backend"
+	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/overload"
+	"github.com/sluice-go/sluice/internal/testpb"
+)
+
+// The overload matrix runs a grid of scenarios (offered load, backend kind,
+// service time, a capacity step, a handler with its own quota, noisy
+// service times, and the client side) over real gRPC on loopback TCP, once
+// per protection: sluice's defaults and failsafe-go's adaptivelimiter with
+// its defaults, and for some scenarios no protection and a static limit.
+// Every number is the median of -matrix.reps repetitions. At the defaults
+// it takes about 18 minutes, so it only runs when asked:
+//
+//	go test -run TestOverloadMatrix -matrix -v [-matrix.out FILE]
+//
+// or with SLUICE_BENCH_MATRIX=1 in the environment. `make bench-overload`
+// runs it. TestOverloadMatrixSmoke runs one short scenario in every test
+// pass so that the machinery keeps working.
+var (
+	matrixFlag     = flag.Bool("matrix", false, "run TestOverloadMatrix (about 18 minutes at the defaults); or set "+matrixEnv+"=1")
+	matrixOut      = flag.String("matrix.out", "", "also write the overload matrix's markdown report to this file")
+	matrixReps     = flag.Int("matrix.reps", 3, "repetitions of every run of the overload matrix; the report gives medians")
+	matrixScale    = flag.Float64("matrix.scale", 1, "multiply every phase of the overload matrix (6 s at 1) by this")
+	matrixOnly     = flag.String("matrix.run", "", "regular expression: run only the scenarios of the overload matrix whose name matches")
+	matrixFrontier = flag.Bool("matrix.frontier", false, "add the unprotected and static rows to every server-side scenario, not only to the FIFO load scenarios at S = 20 ms")
+	matrixCommit   = flag.String("matrix.commit", "", "the commit the overload matrix runs on, for its report")
+)
+
+const matrixEnv = "SLUICE_BENCH_MATRIX"
+
+// The matrix's constants. Phases are matrixPhase × -matrix.scale long; the
+// first matrixSkip of each (scaled alike) is left out of its summary.
+const (
+	matrixC     = 16
+	matrixS     = 20 * time.Millisecond
+	matrixSlowS = 100 * time.Millisecond
+	matrixPhase = 6 * time.Second
+	matrixSkip  = time.Second
+	// matrixStatic is the static row's limit: told C, it admits C + 8.
+	matrixStatic = matrixC + 8
+	// matrixQuota is the share of calls the quota scenario's handler
+	// refuses at once with RESOURCE_EXHAUSTED.
+	matrixQuota = 0.03
+	// quotaMessage marks the handler's own refusals, so that the client
+	// can tell them from a limiter's.
+	quotaMessage = "bench: quota exceeded"
+)
+
+// A matrixStage is one phase of a scenario.
+type matrixStage struct {
+	load     float64 // offered load as a multiple of C/S
+	capacity int     // backend workers
+}
+
+// A scenario is one row group of the matrix.
+type scenario struct {
+	name    string
+	kind    string // backend: "fifo" or "ps"
+	service time.Duration
+	dist    backend.Dist
+	stages  []matrixStage
+	// quota is the share of calls the handler refuses before any backend
+	// work; 0 for none.
+	quota float64
+	// client puts the protection in the client, in front of an
+	// unprotected server.
+	client bool
+	// step measures the recovery after each change of stage and
+	// summarizes the stages after the first without a warm-up skip.
+	step bool
+	// frontier adds the unprotected and static rows.
+	frontier bool
+}
+
+// scenarios lists the matrix in the order of its report.
+func scenarios() []scenario {
+	var out []scenario
+	one := func(load float64) []matrixStage { return []matrixStage{{load, matrixC}} }
+	for _, kind := range []string{"fifo", "ps"} {
+		for _, load := range []float64{0.8, 1, 2, 5} {
+			out = append(out, scenario{
+				name: fmt.Sprintf("%s %g× S=20ms", kind, load), kind: kind, service: matrixS,
+				stages: one(load), frontier: kind == "fifo",
+			})
+		}
+		for _, load := range []float64{1, 2} {
+			out = append(out, scenario{
+				name: fmt.Sprintf("%s %g× S=100ms", kind, load), kind: kind, service: matrixSlowS, stages: one(load),
+			})
+		}
+	}
+	for _, kind := range []string{"fifo", "ps"} {
+		out = append(out, scenario{
+			name: kind + " step C→C/2→C at 1.5×", kind: kind, service: matrixS, step: true,
+			stages: []matrixStage{{1.5, matrixC}, {1.5, matrixC / 2}, {1.5, matrixC}},
+		})
+	}
+	for _, d := range []backend.Dist{backend.Constant, backend.Exponential} {
+		out = append(out, scenario{
+			name: fmt.Sprintf("quota 3%% fifo 0.7× %s S=20ms", d), kind: "fifo", service: matrixS, dist: d,
+			stages: one(0.7), quota: matrixQuota,
+		})
+	}
+	out = append(out, scenario{
+		name: "noisy fifo 2× exponential S=20ms", kind: "fifo", service: matrixS, dist: backend.Exponential, stages: one(2),
+	})
+	for _, load := range []float64{2, 5} {
+		out = append(out, scenario{
+			name: fmt.Sprintf("client side %g× fifo S=20ms", load), kind: "fifo", service: matrixS,
+			stages: one(load), client: true, frontier: true,
+		})
+	}
+	return out
+}
+
+// rate is the arrival rate of stage st.
+func (sc scenario) rate(st matrixStage) float64 {
+	return st.load * matrixC / sc.service.Seconds()
+}
+
+// capacityRate is the rate stage st's backend can serve.
+func (sc scenario) capacityRate(st matrixStage) float64 {
+	return float64(st.capacity) / sc.service.Seconds()
+}
+
+// A matrixProtection is one row of a scenario. build returns the options
+// of a fresh server (server side) or client connection (client side), a
+// function reporting the live limit (nil if there is none), and a function
+// to call when the run is over.
+type matrixProtection struct {
+	name     string
+	frontier bool // one of the unprotected and static rows
+	build    func() (sopts []grpc.ServerOption, dopts []grpc.DialOption, limit func() int, done func(), err error)
+}
+
+func sluiceLimit(ls func() []interceptor.LimiterState) func() int {
+	return func() int {
+		if s := ls(); len(s) > 0 {
+			return s[0].Limit
+		}
+		return -1
+	}
+}
+
+var unprotected = matrixProtection{"unprotected", true, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+	return nil, nil, nil, func() {}, nil
+}}
+
+// serverProtections are the rows of a server-side scenario.
+func serverProtections() []matrixProtection {
+	return []matrixProtection{
+		unprotected,
+		{fmt.Sprintf("static C+8 (%d)", matrixStatic), true, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+			g := NewChan(matrixStatic)
+			return []grpc.ServerOption{grpc.ChainUnaryInterceptor(guardInterceptor(g))}, nil,
+				func() int { return matrixStatic }, func() {}, nil
+		}},
+		{"sluice defaults", false, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+			s, err := interceptor.NewServer() // nothing tuned
+			if err != nil {
+				return nil, nil, nil, nil, err
+			}
+			return s.ServerOptions(), nil, sluiceLimit(s.Limiters), func() { _ = s.Close() }, nil
+		}},
+		{"failsafe defaults", false, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+			g := NewFailsafe()
+			return []grpc.ServerOption{grpc.ChainUnaryInterceptor(guardInterceptor(g))}, nil, g.Limiter.Limit, func() {}, nil
+		}},
+	}
+}
+
+// clientProtections are the rows of a client-side scenario.
+func clientProtections() []matrixProtection {
+	return []matrixProtection{
+		unprotected,
+		{"sluice client defaults", false, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+			c, err := interceptor.NewClient() // nothing tuned
+			if err != nil {
+				return nil, nil, nil, nil, err
+			}
+			return nil, c.DialOptions(), sluiceLimit(c.Limiters), func() { _ = c.Close() }, nil
+		}},
+		{"failsafe client defaults", false, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+			// failsafe-go's own client-side use: its gRPC client
+			// interceptor around a default adaptive limiter, as
+			// failsafegrpc documents it. A rejection comes back as
+			// adaptivelimiter.ErrExceeded, not as a gRPC status.
+			l := adaptivelimiter.NewWithDefaults[any]()
+			return nil, []grpc.DialOption{grpc.WithChainUnaryInterceptor(failsafegrpc.NewUnaryClientInterceptor[any](l))}, l.Limit, func() {}, nil
+		}},
+	}
+}
+
+// protectionsFor lists the rows of sc: the frontier rows only when sc asks
+// for them or allFrontier is set.
+func protectionsFor(sc scenario, allFrontier bool) []matrixProtection {
+	ps := serverProtections()
+	if sc.client {
+		ps = clientProtections()
+	}
+	return slices.DeleteFunc(ps, func(p matrixProtection) bool {
+		return p.frontier && !sc.frontier && !allFrontier
+	})
+}
+
+// quotaService wraps svc so that a share of its calls, drawn from a seeded
+// generator, fail at once with RESOURCE_EXHAUSTED and quotaMessage.
+func quotaService(svc *testpb.Service, share float64, seed uint64) *testpb.Service {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, 3))
+	inner := svc.UnaryFunc
+	return &testpb.Service{UnaryFunc: func(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		mu.Lock()
+		refuse := rng.Float64() < share
+		mu.Unlock()
+		if refuse {
+			return nil, status.Error(codes.ResourceExhausted, quotaMessage)
+		}
+		return inner(ctx, req)
+	}}
+}
+
+// A matrixRun is what one run of one scenario with one protection
+// produced.
+type matrixRun struct {
+	report  *loadgen.Report
+	limits  []limitSample
+	cpu     time.Duration // process CPU time during the run
+	maxLag  time.Duration
+	failed  int64 // calls that failed other than by rejection, deadline or the handler's quota
+	phase   time.Duration
+	skip    time.Duration
+	service time.Duration
+}
+
+// runScenario runs sc once with p on a fresh backend, server and client
+// connection over TCP on 127.0.0.1, each phase lasting phase.
+func runScenario(ctx context.Context, sc scenario, p matrixProtection, phase, skip time.Duration, seed uint64) (matrixRun, error) {
+	be, err := backend.New(sc.kind, matrixC, sc.service, sc.dist)
+	if err != nil {
+		return matrixRun{}, err
+	}
+	sopts, dopts, limit, done, err := p.build()
+	if err != nil {
+		return matrixRun{}, err
+	}
+	defer done()
+	if sc.client {
+		sopts = nil
+	} else {
+		dopts = nil
+	}
+
+	svc := overload.Service(be)
+	if sc.quota > 0 {
+		svc = quotaService(svc, sc.quota, seed)
+	}
+	srv := grpc.NewServer(sopts...)
+	testpb.RegisterTestServiceServer(srv, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return matrixRun{}, err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(lis) })
+	defer func() {
+		srv.Stop()
+		wg.Wait()
+	}()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		return matrixRun{}, err
+	}
+	defer conn.Close()
+	if err := overload.Connect(ctx, conn); err != nil {
+		return matrixRun{}, err
+	}
+	client := testpb.NewTestServiceClient(conn)
+
+	lp := make([]loadgen.Phase, len(sc.stages))
+	for i, st := range sc.stages {
+		lp[i] = loadgen.Phase{Name: fmt.Sprint(i), Duration: phase, Rate: sc.rate(st), Start: func() {
+			if be.Capacity() != st.capacity {
+				_ = be.SetCapacity(st.capacity) // >= 1: cannot fail
+			}
+		}}
+	}
+
+	var failed atomic.Int64
+	classify := func(err error) loadgen.Result {
+		if s, _ := status.FromError(err); s.Code() == codes.ResourceExhausted && s.Message() == quotaMessage {
+			return loadgen.Failed // counted apart from real failures below
+		}
+		if errors.Is(err, adaptivelimiter.ErrExceeded) {
+			return loadgen.Rejected // failsafegrpc's client interceptor
+		}
+		r := overload.Classify(err)
+		if r == loadgen.Failed {
+			failed.Add(1)
+		}
+		return r
+	}
+
+	start := time.Now()
+	stop := make(chan struct{})
+	var (
+		bg     sync.WaitGroup
+		limits []limitSample
+		maxLag time.Duration
+	)
+	if limit != nil {
+		bg.Go(func() { limits = sampleLimit(start, limit, stop) })
+	}
+	bg.Go(func() { maxLag = watchLag(stop) })
+	cpu0 := overload.ProcessCPU()
+	rep, err := loadgen.Run(ctx, loadgen.Config{
+		Phases:   lp,
+		Deadline: 10 * sc.service,
+		Seed:     seed,
+		Call: func(ctx context.Context) error {
+			_, err := client.Unary(ctx, &testpb.UnaryRequest{})
+			return err
+		},
+		Classify: classify,
+	})
+	cpu := overload.ProcessCPU() - cpu0
+	close(stop)
+	bg.Wait()
+	if err != nil {
+		return matrixRun{}, err
+	}
+	return matrixRun{report: rep, limits: limits, cpu: cpu, maxLag: maxLag, failed: failed.Load(),
+		phase: phase, skip: skip, service: sc.service}, nil
+}
+
+// matrixMetrics are the figures of one run, as reported. NaN means "not
+// applicable"; +Inf as a recovery time means no window qualified.
+type matrixMetrics struct {
+	goodRatio          float64 // goodput / ideal
+	p50, p99           float64 // ms, of the successes within the deadline
+	rejected, deadline float64 // % of the calls
+	refused            float64 // % of the calls the handler refused (quota)
+	limitMean          float64
+	limitMax           float64
+	cpu                float64 // process CPU seconds over the run
+	lag                float64 // ms, worst timer lag
+	recoverDown        float64 // s after the capacity drop
+	recoverUp          float64 // s after the capacity comes back
+	good               int     // successes within the deadline in the summary
+}
+
+// measure computes the metrics of run r of sc. A step scenario is
+// summarized from the first change of stage to the end without a skip;
+// any other from the first skip of its only stage to its end.
+func measure(sc scenario, r matrixRun) matrixMetrics {
+	from := r.skip
+	if sc.step {
+		from = r.phase
+	}
+	to := r.phase * time.Duration(len(sc.stages))
+	w := arrivalWindow(sc, r, from, to)
+	m := matrixMetrics{
+		goodRatio: w.goodRatio(),
+		p50:       ms(w.p50), p99: ms(w.p99),
+		rejected: w.share(w.rejected), deadline: w.share(w.deadline), refused: w.share(w.refused),
+		cpu: r.cpu.Seconds(), lag: ms(r.maxLag),
+		limitMean: math.NaN(), limitMax: math.NaN(), recoverDown: math.NaN(), recoverUp: math.NaN(),
+		good: w.good,
+	}
+	if r.limits != nil {
+		sum, n := 0, 0
+		for _, s := range r.limits {
+			if s.at >= from && s.at < to && s.limit >= 0 {
+				sum += s.limit
+				n++
+				m.limitMax = max(nanToInf(m.limitMax), float64(s.limit))
+			}
+		}
+		if n > 0 {
+			m.limitMean = float64(sum) / float64(n)
+		}
+	}
+	if sc.step {
+		m.recoverDown = recovery(sc, r, 1)
+		m.recoverUp = recovery(sc, r, 2)
+	}
+	return m
+}
+
+func nanToInf(f float64) float64 {
+	if math.IsNaN(f) {
+		return math.Inf(-1)
+	}
+	return f
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// A window counts the calls that arrived in a stretch of a run.
+type window struct {
+	calls, good, rejected, deadline, refused int
+	ideal                                    float64 // calls the backend could have served well
+	p50, p99                                 time.Duration
+}
+
+func (w window) share(n int) float64 {
+	if w.calls == 0 {
+		return 0
+	}
+	return 100 * float64(n) / float64(w.calls)
+}
+
+func (w window) goodRatio() float64 {
+	if w.ideal <= 0 {
+		return math.NaN()
+	}
+	return float64(w.good) / w.ideal
+}
+
+// arrivalWindow counts the calls of r that arrived in [from, to). The
+// ideal is, stage by stage, the smaller of the calls that arrived and
+// the calls the stage's capacity serves in the time.
+func arrivalWindow(sc scenario, r matrixRun, from, to time.Duration) window {
+	var w window
+	arrived := make([]int, len(sc.stages))
+	var lat []time.Duration
+	deadline := r.report.Config.Deadline
+	for _, c := range r.report.Calls {
+		if c.Arrival < from || c.Arrival >= to {
+			continue
+		}
+		w.calls++
+		arrived[c.Phase]++
+		switch {
+		case c.Good(deadline):
+			w.good++
+			lat = append(lat, c.Latency)
+		case c.Result == loadgen.OK || c.Result == loadgen.DeadlineExceeded:
+			w.deadline++
+		case c.Result == loadgen.Rejected:
+			w.rejected++
+		default:
+			w.refused++ // the handler's quota; real failures are counted in matrixRun.failed
+		}
+	}
+	for i, st := range sc.stages {
+		s, e := r.phase*time.Duration(i), r.phase*time.Duration(i+1)
+		overlap := min(e, to) - max(s, from)
+		if overlap <= 0 {
+			continue
+		}
+		w.ideal += min(float64(arrived[i]), sc.capacityRate(st)*overlap.Seconds())
+	}
+	w.p50, w.p99 = loadgen.Percentile(lat, 0.50), loadgen.Percentile(lat, 0.99)
+	return w
+}
+
+// recovery returns the seconds from the start of stage i to the start of
+// the first 1 s window, sliding by 100 ms within the stage, whose calls
+// reached 90% of the ideal goodput with a p99 of at most 3·S; +Inf if none
+// did.
+func recovery(sc scenario, r matrixRun, i int) float64 {
+	start, end := r.phase*time.Duration(i), r.phase*time.Duration(i+1)
+	for at := start; at+time.Second <= end; at += 100 * time.Millisecond {
+		w := arrivalWindow(sc, r, at, at+time.Second)
+		if w.ideal > 0 && float64(w.good) >= 0.9*w.ideal && w.p99 <= 3*sc.service {
+			return (at - start).Seconds()
+		}
+	}
+	return math.Inf(1)
+}
+
+// median returns the median of the values that are not NaN, or NaN.
+func median(xs []float64) float64 {
+	xs = slices.DeleteFunc(slices.Clone(xs), math.IsNaN)
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	if math.IsInf(xs[n/2], 1) {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// medianMetrics takes the median of each figure over reps separately.
+func medianMetrics(reps []matrixMetrics) matrixMetrics {
+	f := func(get func(matrixMetrics) float64) float64 {
+		xs := make([]float64, len(reps))
+		for i, r := range reps {
+			xs[i] = get(r)
+		}
+		return median(xs)
+	}
+	return matrixMetrics{
+		goodRatio:   f(func(m matrixMetrics) float64 { return m.goodRatio }),
+		p50:         f(func(m matrixMetrics) float64 { return m.p50 }),
+		p99:         f(func(m matrixMetrics) float64 { return m.p99 }),
+		rejected:    f(func(m matrixMetrics) float64 { return m.rejected }),
+		deadline:    f(func(m matrixMetrics) float64 { return m.deadline }),
+		refused:     f(func(m matrixMetrics) float64 { return m.refused }),
+		limitMean:   f(func(m matrixMetrics) float64 { return m.limitMean }),
+		limitMax:    f(func(m matrixMetrics) float64 { return m.limitMax }),
+		cpu:         f(func(m matrixMetrics) float64 { return m.cpu }),
+		lag:         f(func(m matrixMetrics) float64 { return m.lag }),
+		recoverDown: f(func(m matrixMetrics) float64 { return m.recoverDown }),
+		recoverUp:   f(func(m matrixMetrics) float64 { return m.recoverUp }),
+		good:        int(f(func(m matrixMetrics) float64 { return float64(m.good) })),
+	}
+}
+
+// A matrixRow is one line of the report.
+type matrixRow struct {
+	sc   scenario
+	prot string
+	reps []matrixMetrics
+}
+
+// matrixSettings describe a whole matrix run for its report.
+type matrixSettings struct {
+	reps        int
+	phase, skip time.Duration
+	commit      string
+	elapsed     time.Duration
+	failedCalls int64
+}
+
+// runMatrix runs every scenario of scs with each of its protections, reps
+// times over (repetition outermost, so that a disturbance of the machine
+// spreads over the rows), and returns the rows in report order.
+func runMatrix(ctx context.Context, t testing.TB, scs []scenario, reps int, phase, skip time.Duration, allFrontier bool) ([]matrixRow, int64, error) {
+	var rows []matrixRow
+	index := map[[2]string]int{}
+	for _, sc := range scs {
+		for _, p := range protectionsFor(sc, allFrontier) {
+			index[[2]string{sc.name, p.name}] = len(rows)
+			rows = append(rows, matrixRow{sc: sc, prot: p.name})
+		}
+	}
+	var failed int64
+	for rep := range reps {
+		for _, sc := range scs {
+			for _, p := range protectionsFor(sc, allFrontier) {
+				r, err := runScenario(ctx, sc, p, phase, skip, uint64(rep+1))
+				if err != nil {
+					return nil, 0, fmt.Errorf("%s, %s: %w", sc.name, p.name, err)
+				}
+				failed += r.failed
+				m := measure(sc, r)
+				t.Logf("rep %d/%d | %s | %s | goodput/ideal %.2f | p99 %.0f ms | rejected %.1f %% | deadline %.1f %% | CPU %.1f s | lag %.0f ms",
+					rep+1, reps, sc.name, p.name, m.goodRatio, m.p99, m.rejected, m.deadline, m.cpu, m.lag)
+				if r.failed > 0 {
+					t.Logf("  %d calls failed other than by rejection, deadline or quota", r.failed)
+				}
+				i := index[[2]string{sc.name, p.name}]
+				rows[i].reps = append(rows[i].reps, m)
+			}
+		}
+	}
+	return rows, failed, nil
+}
+
+func matrixEnabled() bool { return *matrixFlag || os.Getenv(matrixEnv) == "1" }
+
+func TestOverloadMatrix(t *testing.T) {
+	if !matrixEnabled() {
+		t.Skipf("the overload matrix takes about 18 minutes: run it with -matrix or %s=1 (make bench-overload does)", matrixEnv)
+	}
+	if *matrixReps < 1 || *matrixScale <= 0 {
+		t.Fatalf("-matrix.reps is %d and -matrix.scale %g: need at least 1 repetition and a positive scale", *matrixReps, *matrixScale)
+	}
+	scs := scenarios()
+	if *matrixOnly != "" {
+		re, err := regexp.Compile(*matrixOnly)
+		if err != nil {
+			t.Fatalf("-matrix.run: %v", err)
+		}
+		scs = slices.DeleteFunc(scs, func(sc scenario) bool { return !re.MatchString(sc.name) })
+		if len(scs) == 0 {
+			t.Fatalf("-matrix.run %q matches no scenario", *matrixOnly)
+		}
+	}
+	phase := time.Duration(*matrixScale * float64(matrixPhase))
+	skip := time.Duration(*matrixScale * float64(matrixSkip))
+	start := time.Now()
+	rows, failed, err := runMatrix(context.Background(), t, scs, *matrixReps, phase, skip, *matrixFrontier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md strings.Builder
+	writeMatrixReport(&md, rows, matrixSettings{
+		reps: *matrixReps, phase: phase, skip: skip, commit: *matrixCommit, elapsed: time.Since(start),
+		failedCalls: failed,
+	})
+	fmt.Print(md.String())
+	if *matrixOut != "" {
+		if err := os.WriteFile(*matrixOut, []byte(md.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d calls failed other than by rejection, deadline or the handler's quota", failed)
+	}
+}
+
+// TestOverloadMatrixSmoke runs one scenario of the matrix for half a second
+// per protection, so that plain go test keeps the instrument working. It
+// asserts no performance, only that every protection gets a row with some
+// goodput.
+func TestOverloadMatrixSmoke(t *testing.T) {
+	sc := scenario{name: "smoke fifo 2× S=20ms", kind: "fifo", service: matrixS,
+		stages: []matrixStage{{2, matrixC}}, frontier: true}
+	rows, failed, err := runMatrix(context.Background(), t, []scenario{sc}, 1, 500*time.Millisecond, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed > 0 {
+		t.Errorf("%d calls failed other than by rejection or deadline", failed)
+	}
+	var md strings.Builder
+	writeMatrixReport(&md, rows, matrixSettings{reps: 1, phase: 500 * time.Millisecond})
+	for _, p := range serverProtections() {
+		i := slices.IndexFunc(rows, func(r matrixRow) bool { return r.prot == p.name })
+		if i < 0 {
+			t.Errorf("no row for %s", p.name)
+			continue
+		}
+		if g := rows[i].reps[0].good; g == 0 {
+			t.Errorf("%s: no call succeeded within its deadline", p.name)
+		}
+		if !strings.Contains(md.String(), "| "+sc.name+" | "+p.name+" |") {
+			t.Errorf("the report has no line for %s:\n%s", p.name, md.String())
+		}
+	}
+}
+
+// writeMatrixReport writes the settings and one markdown table of every
+// scenario × protection, each figure the median over the repetitions.
+func writeMatrixReport(w io.Writer, rows []matrixRow, s matrixSettings) {
+	fmt.Fprintf(w, "## Overload matrix\n\n")
+	commit := s.commit
+	if commit == "" {
+		commit = "unknown"
+	}
+	fmt.Fprintf(w, "Commit %s; %s, %d cores (GOMAXPROCS %d); %d repetition(s), each figure the median over them; "+
+		"phases of %v, the first %v of each left out of the summary (warm-up), except in the step scenarios; took %.1f min.\n\n",
+		commit, runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), s.reps, s.phase, s.skip, s.elapsed.Minutes())
+	fmt.Fprintf(w, "Real gRPC over TCP on 127.0.0.1, client and server in one process, a fresh backend, server and connection "+
+		"for every run; open-loop Poisson arrivals (seeded by repetition, the same for every protection); deadline 10·S per call. "+
+		"Backends of C = %d workers: fifo (C workers behind an unbounded queue) or ps (processor sharing: all calls progress at "+
+		"C/n of full speed). Service time S is constant unless the scenario says exponential (mean S). Load is a multiple of C/S.\n\n", matrixC)
+	fmt.Fprintf(w, "Protections: *sluice defaults* is `interceptor.NewServer()` with no option; *failsafe defaults* is "+
+		"failsafe-go's `adaptivelimiter.NewWithDefaults()` through a unary interceptor (rejection = RESOURCE_EXHAUSTED); "+
+		"*static C+8* is a semaphore admitting %d calls, no queue (the frontier a limit that knows C reaches); "+
+		"*unprotected* has no limit. The client-side scenarios put `interceptor.NewClient()`'s DialOptions, or failsafegrpc's "+
+		"unary client interceptor around `adaptivelimiter.NewWithDefaults()`, in front of an unprotected server. The unprotected and static rows run only "+
+		"in the FIFO load scenarios at S = 20 ms (and unprotected in the client-side ones) unless -matrix.frontier is set.\n\n", matrixStatic)
+	fmt.Fprintf(w, "Goodput is the calls that succeeded within their deadline; ideal is min(offered, C/S) (per stage in the step "+
+		"scenarios, counted over the calls that arrived in the summarized stretch, so that it can pass 100 %% by a little when "+
+		"calls arrive unevenly). p50 and p99 are of those successes. "+
+		"Rejected and deadline exceeded are shares of the calls that arrived; in the quota scenarios the handler's own "+
+		"RESOURCE_EXHAUSTED answers are not in *rejected* but in the notes, so *rejected* is what the limiter refused "+
+		"beyond them (target ≤ 0.5 %%). Limit is the live concurrency limit sampled every 100 ms. CPU is the whole "+
+		"process's (client, server and backend), in seconds per run; lag is the worst lateness of a 10 ms timer, "+
+		"a check that the machine kept up. Step scenarios are summarized from the drop to the end, and recovery is the time from "+
+		"a capacity change to the first 1 s window (sliding by 100 ms) with goodput ≥ 90 %% of ideal and p99 ≤ 3·S; "+
+		"\"never\" means no window within the stage.\n\n")
+	fmt.Fprintln(w, "| scenario | protection | goodput / ideal | p50 | p99 | p50 / S | p99 / S | rejected | deadline exceeded | limit mean | limit max | CPU | lag | notes |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	for _, r := range rows {
+		if len(r.reps) == 0 {
+			continue
+		}
+		m := medianMetrics(r.reps)
+		var notes []string
+		if r.sc.step {
+			notes = append(notes, "recovery ↓ "+fmtRecovery(m.recoverDown)+", ↑ "+fmtRecovery(m.recoverUp))
+		}
+		if r.sc.quota > 0 {
+			verdict := "met"
+			if m.rejected > 0.5 {
+				verdict = "missed"
+			}
+			notes = append(notes, fmt.Sprintf("handler refused %.1f %%; limiter rejected %.1f %% beyond them (target ≤ 0.5 %%: %s)",
+				m.refused, m.rejected, verdict))
+		}
+		S := ms(r.sc.service)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.1f %% | %.1f %% | %s | %s | %.1f s | %.0f ms | %s |\n",
+			r.sc.name, r.prot, fmtRatio(m.goodRatio), fmtNum(m.p50, " ms"), fmtNum(m.p99, " ms"),
+			fmtNum(m.p50/S, ""), fmtNum(m.p99/S, ""), m.rejected, m.deadline,
+			fmtNum(m.limitMean, ""), fmtNum(m.limitMax, ""), m.cpu, m.lag, strings.Join(notes, "; "))
+	}
+	fmt.Fprintln(w)
+	if s.failedCalls > 0 {
+		fmt.Fprintf(w, "%d calls failed other than by rejection, deadline or the handler's quota: the run is suspect.\n\n", s.failedCalls)
+	}
+}
+
+func fmtRatio(f float64) string {
+	if math.IsNaN(f) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f %%", 100*f)
+}
+
+// fmtNum prints f with the precision its size deserves, or "-" for NaN and
+// zero (no successes).
+func fmtNum(f float64, unit string) string {
+	switch {
+	case math.IsNaN(f) || f == 0:
+		return "-"
+	case f >= 100:
+		return fmt.Sprintf("%.0f%s", f, unit)
+	case f >= 10:
+		return fmt.Sprintf("%.1f%s", f, unit)
+	}
+	return fmt.Sprintf("%.2f%s", f, unit)
+}
+
+func fmtRecovery(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "-"
+	case math.IsInf(f, 1):
+		return "never"
+	}
+	return fmt.Sprintf("%.1f s", f)
+}
