@@ -121,6 +121,21 @@ func TestChaosConnectionClosedAbruptly(t *testing.T) {
 }
 
 func TestChaosDeadlineStorm(t *testing.T) {
+	tests := []struct {
+		name   string
+		server []Option
+	}{
+		{"queued", []Option{WithMethod(unaryMethod, Limit{Queue: limiter.FixedQueue(64)})}},
+		// The tap takes the permits; most calls expire after it, some
+		// before their handler.
+		{"early rejection", []Option{WithMethod(unaryMethod, fixed(8)), WithEarlyRejection()}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { deadlineStorm(t, tt.server) })
+	}
+}
+
+func deadlineStorm(t *testing.T, server []Option) {
 	n := 2000
 	if raceEnabled {
 		n = 600
@@ -135,7 +150,7 @@ func TestChaosDeadlineStorm(t *testing.T) {
 		return nil, ctx.Err()
 	}}
 	e := newEnv(t, svc, envConfig{
-		server: []Option{WithMethod(unaryMethod, Limit{Queue: limiter.FixedQueue(64)})},
+		server: server,
 		client: []Option{WithDefault(Limit{Queue: limiter.FixedQueue(64)})},
 	})
 	// Thousands of events would overflow the harness's channels.

@@ -18,7 +18,8 @@ import (
 // core is what a Server and a Client share: the method table, the
 // classification, the metrics.
 type core struct {
-	side string
+	side  string
+	early bool // WithEarlyRejection: a Server's tap takes the permits
 	// base are the options the core was built with, which Reload layers
 	// its options over.
 	base     []Option
@@ -43,7 +44,7 @@ func newCore(side string, opts []Option) (*core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
-	c := &core{side: side, base: slices.Clone(opts), metrics: m, timer: systemTimer}
+	c := &core{side: side, base: slices.Clone(opts), metrics: m, timer: systemTimer, early: cfg.early}
 	t.newAttrs, t.onGate = m.newAttrs, m.addGate
 	c.tab.Store(t)
 	return c, nil
@@ -53,6 +54,9 @@ func newCore(side string, opts []Option) (*core, error) {
 func buildTable(side string, cfg *config) (*table, error) {
 	if side == "client" && cfg.callerKey != nil {
 		return nil, errors.New("interceptor: WithCallerRateLimit is a server option: a client has one caller")
+	}
+	if side == "client" && cfg.early {
+		return nil, errors.New("interceptor: WithEarlyRejection is a server option: a client sends its requests, it does not decode them")
 	}
 	t, err := newTable(cfg)
 	if err != nil {

@@ -127,3 +127,16 @@ func ExampleDoNotRetry() {
 	fmt.Println(err)
 	// Output: <nil>
 }
+
+// Large requests: reject calls over the limit before grpc-go reads and
+// decodes them. ServerOptions then also installs a tap handle.
+func ExampleWithEarlyRejection() {
+	opts, err := interceptor.ServerOptions(interceptor.WithEarlyRejection())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(opts), "server options: two interceptors and the tap")
+	srv := grpc.NewServer(opts...)
+	srv.Stop()
+	// Output: 3 server options: two interceptors and the tap
+}

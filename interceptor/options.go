@@ -129,6 +129,7 @@ type config struct {
 	priorityHeader string
 	trust          func(context.Context) bool // nil: nobody
 	maxClaim       Priority
+	early          bool // WithEarlyRejection
 	errs           []error
 	// layer counts the layers of options applied so far, minus one: see
 	// newConfig.

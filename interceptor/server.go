@@ -63,10 +63,14 @@ func ServerOptions(opts ...Option) ([]grpc.ServerOption, error) {
 // ServerOptions returns grpc.ChainUnaryInterceptor and
 // grpc.ChainStreamInterceptor options with s's interceptors.
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(s.StreamServerInterceptor()),
 	}
+	if tap := s.tapOption(); tap != nil {
+		opts = append(opts, tap)
+	}
+	return opts
 }
 
 // UnaryServerInterceptor returns the interceptor that limits unary calls.
@@ -85,8 +89,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if r.gate == nil {
 		return handler(ctx, req)
 	}
-	arrived := time.Now()
-	tok, rej := s.admit(ctx, r)
+	tok, arrived, rej := s.admitServer(ctx, r)
 	if rej != nil {
 		if rej.pushback != NoPushback {
 			// The call fails either way; a trailer that cannot be set
@@ -121,8 +124,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return handler(srv, ss)
 	}
 	ctx := ss.Context()
-	arrived := time.Now()
-	tok, rej := s.admit(ctx, r)
+	tok, arrived, rej := s.admitServer(ctx, r)
 	if rej != nil {
 		if rej.pushback != NoPushback {
 			ss.SetTrailer(metadata.Pairs(PushbackKey, formatPushback(rej.pushback)))
@@ -139,6 +141,25 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	done = true
 	s.finishServer(ctx, r, &tok, arrived, Result{FullMethod: info.FullMethod, Err: err, Stream: true})
 	return err
+}
+
+// admitServer takes the permit of a call: the one WithEarlyRejection's tap
+// took, or a new one. It returns when the call arrived.
+func (s *Server) admitServer(ctx context.Context, r *route) (limiter.Token, time.Time, *rejection) {
+	if s.early {
+		if p := claimEarly(ctx); p != nil {
+			if p.r.gate == r.gate {
+				return p.tok, p.arrived, nil
+			}
+			// A Reload moved the method between tap and interceptor:
+			// give the permit back where it came from and start over.
+			s.release(ctx, p.r, &p.tok, limiter.Ignored, false)
+			p.ch.refund()
+		}
+	}
+	arrived := time.Now()
+	tok, rej := s.admit(ctx, r)
+	return tok, arrived, rej
 }
 
 // finishServer releases a server call's permit. A call that ended after its

@@ -248,6 +248,13 @@ func (t *table) lookup(fullMethod string) *route {
 	return t.create(fullMethod)
 }
 
+// existing returns the route of fullMethod if a call has already made it,
+// else nil; it never creates one, so a name no call of a registered method
+// has used costs nothing.
+func (t *table) existing(fullMethod string) *route {
+	return (*t.routes.Load())[fullMethod]
+}
+
 func (t *table) create(fullMethod string) *route {
 	t.mu.Lock()
 	defer t.mu.Unlock()
