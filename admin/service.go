@@ -24,6 +24,7 @@ type Limits interface {
 	Limiters() []interceptor.LimiterState
 	SetOverride(name string, limit int, ttl time.Duration) error
 	ClearOverride(name string) error
+	SetDryRun(name string, on bool) error
 }
 
 // Watch intervals: the default, and the shortest a caller may ask for.
@@ -263,6 +264,28 @@ func (s *Service) ClearOverride(ctx context.Context, req *sluicev1.ClearOverride
 	return &sluicev1.ClearOverrideResponse{Limiter: l}, nil
 }
 
+// SetDryRun implements sluicev1.LimitsServiceServer: it switches a
+// limiter in or out of a dry run. Every attempt is logged with the caller.
+func (s *Service) SetDryRun(ctx context.Context, req *sluicev1.SetDryRunRequest) (*sluicev1.SetDryRunResponse, error) {
+	attrs := []slog.Attr{slog.String("limiter", req.GetName()), slog.Bool("dry_run", req.GetDryRun())}
+	caller, err := s.authorize(ctx, "SetDryRun", attrs...)
+	if err != nil {
+		return nil, err
+	}
+	attrs = append([]slog.Attr{slog.String("caller", caller), slog.String("peer", peerAddr(ctx))}, attrs...)
+	if err := s.limits.SetDryRun(req.GetName(), req.GetDryRun()); err != nil {
+		err = toStatusError(err)
+		s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: dry run switch failed", append(attrs, slog.String("error", status.Convert(err).Message()))...)
+		return nil, err
+	}
+	s.logger().LogAttrs(ctx, slog.LevelInfo, "sluice admin: dry run switched", attrs...)
+	l, err := s.find(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return &sluicev1.SetDryRunResponse{Limiter: l}, nil
+}
+
 func (s *Service) find(name string) (*sluicev1.LimiterStatus, error) {
 	now := time.Now()
 	for _, l := range s.limits.Limiters() {
@@ -287,6 +310,7 @@ func toStatus(l interceptor.LimiterState, now time.Time) *sluicev1.LimiterStatus
 		Inflight: int32(l.Inflight),
 		Queued:   int32(l.Queued),
 		Rtt:      durationpb.New(l.RTT),
+		DryRun:   l.DryRun,
 	}
 	if !l.OverrideUntil.IsZero() {
 		st.OverrideRemaining = durationpb.New(max(l.OverrideUntil.Sub(now), 0))

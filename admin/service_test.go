@@ -98,6 +98,21 @@ func TestWatchAndOverride(t *testing.T) {
 	assert.Equal(t, int32(5), changed.GetLimiters()[0].GetLimit())
 }
 
+func TestSetDryRun(t *testing.T) {
+	c := start(t, WithAuthorizer(operator))
+	on, err := c.SetDryRun(t.Context(), &sluicev1.SetDryRunRequest{Name: unaryLimiter, DryRun: true})
+	require.NoError(t, err)
+	assert.True(t, on.GetLimiter().GetDryRun())
+	list, err := c.ListLimits(t.Context(), &sluicev1.ListLimitsRequest{})
+	require.NoError(t, err)
+	assert.True(t, list.GetLimiters()[0].GetDryRun())
+	off, err := c.SetDryRun(t.Context(), &sluicev1.SetDryRunRequest{Name: unaryLimiter})
+	require.NoError(t, err)
+	assert.False(t, off.GetLimiter().GetDryRun())
+	_, err = c.SetDryRun(t.Context(), &sluicev1.SetDryRunRequest{Name: "x", DryRun: true})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+}
+
 func TestBadRequests(t *testing.T) {
 	c := start(t, WithAuthorizer(operator))
 	tests := []struct {

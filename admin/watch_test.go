@@ -24,6 +24,7 @@ func (fakeLimits) Limiters() []interceptor.LimiterState {
 }
 func (fakeLimits) SetOverride(string, int, time.Duration) error { return nil }
 func (fakeLimits) ClearOverride(string) error                   { return nil }
+func (fakeLimits) SetDryRun(string, bool) error                 { return nil }
 
 // fakeWatch is the server side of a WatchLimits stream, without gRPC, so
 // that the watch runs under synctest.

@@ -115,6 +115,9 @@ type LimiterState struct {
 	// OverrideUntil is when the operator's override (SetOverride) ends;
 	// zero when the limiter adapts freely.
 	OverrideUntil time.Time
+	// DryRun reports a limiter that records its decisions and enforces
+	// none (Limit.DryRun, WithDryRun, SetDryRun).
+	DryRun bool
 }
 
 // A PushbackFunc tells a rejected caller when to try again, in the

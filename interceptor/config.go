@@ -125,6 +125,8 @@ type FileConfig struct {
 	// PriorityHeader, if not empty, is the metadata key a call may name
 	// its priority in (see WithPriorityHeader); empty leaves it as built.
 	PriorityHeader string
+	// DryRun puts every limit in a dry run (see WithDryRun).
+	DryRun bool
 }
 
 // A CallerLimitConfig is a per-caller quota described by configuration
@@ -174,6 +176,9 @@ type LimitConfig struct {
 	// Exempt lets calls through without a limiter; no other field may be
 	// set with it.
 	Exempt bool
+	// DryRun records the limit's decisions without enforcing them (see
+	// Limit.DryRun).
+	DryRun bool
 }
 
 // A QueueConfig describes a limiter.Queue. Set at most one of Size and
@@ -217,6 +222,9 @@ func (c FileConfig) options() []Option {
 	if c.PriorityHeader != "" {
 		opts = append(opts, WithPriorityHeader(c.PriorityHeader))
 	}
+	if c.DryRun {
+		opts = append(opts, WithDryRun())
+	}
 	return opts
 }
 
@@ -240,7 +248,7 @@ func (c LimitConfig) limit() Limit {
 	if c.Exempt {
 		return Limit{Exempt: true}
 	}
-	l := Limit{Rate: c.Rate, Priority: c.Priority, LIFO: c.Queue.LIFO}
+	l := Limit{Rate: c.Rate, Priority: c.Priority, LIFO: c.Queue.LIFO, DryRun: c.DryRun}
 	switch {
 	case c.AIMD != nil:
 		l.Algorithm = AIMD(*c.AIMD)
@@ -376,6 +384,7 @@ func FromConfig(c *sluicev1.Config) (FileConfig, error) {
 		fc.CallerLimit = clc
 	}
 	fc.PriorityHeader = c.GetPriorityHeader()
+	fc.DryRun = c.GetDryRun()
 	return fc, nil
 }
 
@@ -386,6 +395,7 @@ func cfgFromLimit(l *sluicev1.Limit) LimitConfig {
 		c.Exempt = true
 		return c
 	}
+	c.DryRun = l.GetDryRun()
 	switch alg := l.GetAlgorithm().(type) {
 	case *sluicev1.Limit_Aimd:
 		a := alg.Aimd
@@ -457,6 +467,7 @@ func ToConfig(c FileConfig) (*sluicev1.Config, error) {
 		pb.CallerLimit = cfgToCallerLimit(&ps, *cl)
 	}
 	pb.PriorityHeader = c.PriorityHeader
+	pb.DryRun = c.DryRun
 	cfgCheck(&ps, pb)
 	// Conversion problems came first; put them in the configuration's order.
 	slices.SortStableFunc(ps.list, func(a, b ConfigProblem) int {
@@ -513,7 +524,7 @@ func cfgToName(ps *cfgProblems, path, name string) *sluicev1.MethodConfig_Name {
 }
 
 func cfgToLimit(ps *cfgProblems, path string, c LimitConfig) *sluicev1.Limit {
-	l := &sluicev1.Limit{Exempt: c.Exempt}
+	l := &sluicev1.Limit{Exempt: c.Exempt, DryRun: c.DryRun}
 	var algs []string
 	if a := c.AIMD; a != nil {
 		p := path + ".aimd"
@@ -789,6 +800,9 @@ func cfgCheckLimit(ps *cfgProblems, path string, l *sluicev1.Limit) {
 		}
 		if l.GetPriority() != sluicev1.Priority_PRIORITY_UNSPECIFIED {
 			set = append(set, "priority")
+		}
+		if l.GetDryRun() {
+			set = append(set, "dry_run")
 		}
 		if len(set) > 0 {
 			ps.add(path+".exempt", "true conflicts with %s: an exempt method has no limiter", strings.Join(set, ", "))

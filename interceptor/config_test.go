@@ -72,6 +72,7 @@ func TestLoadConfigExample(t *testing.T) {
 			Algorithm: Gradient2(limiter.Gradient2Config{MaxLimit: 500}),
 			Rate:      RateLimit{PerSecond: 200, Burst: 50},
 			Priority:  PrioritySheddable,
+			DryRun:    true,
 		}, 0},
 		{"/shop.v1.Catalog/GetItem", catalog, 0},
 		{"/shop.v1.Catalog/ListItems", catalog, 0},
@@ -618,4 +619,27 @@ func TestConfigCallerLimitApplies(t *testing.T) {
 			assert.Equal(t, map[string]int{"1": 2, "2": 2}, admitted)
 		})
 	}
+}
+
+// TestConfigDryRun checks the file's two dry-run switches.
+func TestConfigDryRun(t *testing.T) {
+	for _, tt := range []struct {
+		name, json string
+	}{
+		{"everything", `{"dry_run": true}`},
+		{"one service", `{"methods": [{"name": [{"service": "sluice.test.v1.TestService"}], "limit": {"fixed": {"limit": 1}, "dry_run": true}}]}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			opts, err := ParseConfig([]byte(tt.json))
+			require.NoError(t, err)
+			s, err := NewServer(opts...)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, s.Close()) }()
+			s.tab.Load().lookup(unaryMethod)
+			require.Len(t, s.Limiters(), 1)
+			assert.True(t, s.Limiters()[0].DryRun)
+		})
+	}
+	_, err := ParseConfig([]byte(`{"default": {"exempt": true, "dry_run": true}}`))
+	assert.ErrorContains(t, err, "default.exempt: true conflicts with dry_run")
 }

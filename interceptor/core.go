@@ -102,6 +102,7 @@ func (c *core) Reload(opts ...Option) error {
 	keep := func(oe, ne *entry) {
 		if oe != nil && oe.gate != nil && !oe.limit.Exempt && sameLimit(oe.limit, ne.limit) {
 			ne.gate = oe.gate
+			ne.gate.dryRun.Store(ne.limit.DryRun || nt.dryRun)
 			kept = append(kept, oe.gate)
 		}
 	}
@@ -118,11 +119,13 @@ func (c *core) Reload(opts ...Option) error {
 			// would otherwise leave its old limiter listed, under the
 			// same name as the live one.
 			if nt.onDefault(m) {
+				g.dryRun.Store(nt.def.DryRun || nt.dryRun)
 				nt.defGates[m] = g
 				kept = append(kept, g)
 			}
 		}
 		if nt.otherGate = old.otherGate; nt.otherGate != nil {
+			nt.otherGate.dryRun.Store(nt.def.DryRun || nt.dryRun)
 			kept = append(kept, nt.otherGate)
 		}
 	}
@@ -150,6 +153,9 @@ type rejection struct {
 // limit has one. On rejection it records the decision and returns the
 // status the caller gets.
 func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) {
+	if r.gate.dryRun.Load() {
+		return c.admitDry(ctx, r), nil
+	}
 	var ch charged
 	if r.gate.bucket != nil || r.t.callers != nil {
 		var rej *rejection
@@ -218,7 +224,11 @@ func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 }
 
 func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
-	c.metrics.rejected(ctx, r.attrs, reason)
+	if r.gate.dryRun.Load() {
+		c.metrics.rejectedDry(ctx, r.attrs, reason)
+	} else {
+		c.metrics.rejected(ctx, r.attrs, reason)
+	}
 	if c.rejected != nil {
 		c.rejected(reason)
 	}
@@ -250,6 +260,9 @@ func (c *core) classify(ctx context.Context, r *route, tok *limiter.Token, res R
 
 // release returns the permit with outcome o.
 func (c *core) release(ctx context.Context, r *route, tok *limiter.Token, o limiter.Outcome, timed bool) {
+	if !tok.Held() {
+		return // a call a dry run let through without a permit
+	}
 	if !timed {
 		tok.ReleaseUntimed(o)
 		c.metrics.admitted(ctx, r.attrs, o)

@@ -38,6 +38,9 @@ const (
 	// "caller_rate" (over WithCallerRateLimit), "priority" (over the
 	// share of the limit the call's priority may use).
 	AttrReason = attribute.Key("sluice.reason")
+	// AttrDryRun is true on the rejections of a limiter in a dry run
+	// (Limit.DryRun): decisions recorded but not enforced.
+	AttrDryRun = attribute.Key("sluice.dry_run")
 )
 
 // Rejection reasons, the values of AttrReason.
@@ -79,7 +82,9 @@ type gateAttrs struct {
 type attrs struct {
 	admitted [3][]metric.AddOption // by limiter.Outcome
 	rejected map[string][]metric.AddOption
-	record   []metric.RecordOption
+	// dryRejected are the rejections of a dry run.
+	dryRejected map[string][]metric.AddOption
+	record      []metric.RecordOption
 }
 
 func newMetrics(p metric.MeterProvider, side string) (*metrics, error) {
@@ -163,12 +168,13 @@ func (m *metrics) newAttrs(method string, g *gate) *attrs {
 	with := func(kv ...attribute.KeyValue) attribute.Set {
 		return attribute.NewSet(append(append([]attribute.KeyValue(nil), base...), kv...)...)
 	}
-	a := &attrs{rejected: map[string][]metric.AddOption{}}
+	a := &attrs{rejected: map[string][]metric.AddOption{}, dryRejected: map[string][]metric.AddOption{}}
 	for _, o := range []limiter.Outcome{limiter.Success, limiter.Dropped, limiter.Ignored} {
 		a.admitted[o] = []metric.AddOption{metric.WithAttributeSet(with(AttrDecision.String("admitted"), AttrOutcome.String(o.String())))}
 	}
 	for _, r := range reasons {
 		a.rejected[r] = []metric.AddOption{metric.WithAttributeSet(with(AttrDecision.String("rejected"), AttrReason.String(r)))}
+		a.dryRejected[r] = []metric.AddOption{metric.WithAttributeSet(with(AttrDecision.String("rejected"), AttrReason.String(r), AttrDryRun.Bool(true)))}
 	}
 	a.record = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(base...))}
 	return a
@@ -182,6 +188,10 @@ func (m *metrics) admitted(ctx context.Context, a *attrs, o limiter.Outcome) {
 
 func (m *metrics) rejected(ctx context.Context, a *attrs, reason string) {
 	m.requests.Add(ctx, 1, a.rejected[reason]...)
+}
+
+func (m *metrics) rejectedDry(ctx context.Context, a *attrs, reason string) {
+	m.requests.Add(ctx, 1, a.dryRejected[reason]...)
 }
 
 func (m *metrics) recordRTT(ctx context.Context, a *attrs, d time.Duration) {

@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"time"
 
@@ -39,6 +40,13 @@ type Limit struct {
 	Priority Priority
 	// Exempt lets calls through without a permit and without metrics.
 	Exempt bool
+	// DryRun decides every call as the limiter would, records the
+	// decisions (sluice.requests with sluice.dry_run=true) and logs the
+	// rejections, but lets every call through: a way to watch a limit on
+	// production traffic before enforcing it. The limit keeps adapting
+	// from the calls it would have admitted. A dry run never makes a call
+	// wait: a call that would have queued counts as rejected.
+	DryRun bool
 }
 
 // An AlgorithmFactory makes a fresh Algorithm for each limiter built from
@@ -92,6 +100,8 @@ func Fixed(n int) AlgorithmFactory { return fixedFactory(n) }
 
 // sameLimit reports whether a and b build identical limiters.
 func sameLimit(a, b Limit) bool {
+	// A limiter switches in and out of a dry run without losing its state.
+	a.DryRun, b.DryRun = false, false
 	fa, fb := a.Algorithm, b.Algorithm
 	a.Algorithm, b.Algorithm = nil, nil
 	if a != b {
@@ -130,6 +140,8 @@ type config struct {
 	trust          func(context.Context) bool // nil: nobody
 	maxClaim       Priority
 	early          bool // WithEarlyRejection
+	dryRun         bool // WithDryRun
+	logger         *slog.Logger
 	errs           []error
 	// layer counts the layers of options applied so far, minus one: see
 	// newConfig.
@@ -254,4 +266,20 @@ func fileOption(o Option) Option {
 			o(c)
 		}
 	}
+}
+
+// WithDryRun puts every limit in a dry run (see Limit.DryRun): sluice
+// decides and records every call as it would, and lets all of them
+// through. Roll a limit out with it first, watch sluice.requests for
+// decisions with sluice.dry_run=true, then remove it. SetDryRun switches a
+// single limiter at run time.
+func WithDryRun() Option {
+	return func(c *config) { c.dryRun = true }
+}
+
+// WithLogger sets where sluice logs what an operator must know of: the
+// rejections of a dry run (at most one line per limiter per second).
+// Default: slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
 	"sync"
@@ -34,6 +35,11 @@ type gate struct {
 	bucket   *limiter.TokenBucket
 	rate     RateLimit
 	priority Priority
+	// dryRun lets every call through while recording the decisions.
+	dryRun atomic.Bool
+	// dryLog is when a dry-run rejection was last logged (UnixNano), and
+	// dryCount how many happened since.
+	dryLog, dryCount atomic.Int64
 	// rtt is a moving average of admitted calls' RTT in nanoseconds, the
 	// basis of the default pushback. Concurrent updates may overwrite each
 	// other; an average that skips a sample is still an average.
@@ -64,6 +70,7 @@ func (g *gate) state() LimiterState {
 		Inflight:      g.lim.Inflight(),
 		Queued:        g.lim.QueueLen(),
 		RTT:           time.Duration(g.rtt.Load()),
+		DryRun:        g.dryRun.Load(),
 	}
 }
 
@@ -95,6 +102,8 @@ type table struct {
 	trust          func(context.Context) bool // whose priority header counts
 	maxClaim       Priority                   // the highest priority a header may claim
 	maxHold        time.Duration              // a Client's bound on honoured pushbacks
+	dryRun         bool                       // WithDryRun: every gate in a dry run
+	logger         *slog.Logger               // nil: slog.Default()
 
 	defGates  map[string]*gate // per-method limiters of the default Limit
 	otherGate *gate            // the overflow limiter, once made
@@ -156,6 +165,8 @@ func newTable(c *config) (*table, error) {
 		trust:          c.trust,
 		maxClaim:       c.maxClaim,
 		maxHold:        c.maxHold,
+		dryRun:         c.dryRun,
+		logger:         c.logger,
 		defGates:       map[string]*gate{},
 	}
 	errs := append([]error(nil), c.errs...)
@@ -404,6 +415,7 @@ func (t *table) newGate(name string, l Limit) *gate {
 	// The bucket was validated with the Limit; it cannot fail here.
 	bucket, _ := newBucket(l.Rate)
 	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.NoQueue, bucket: bucket, rate: l.Rate, priority: l.Priority}
+	g.dryRun.Store(l.DryRun || t.dryRun)
 	if t.onGate != nil && !t.retired {
 		t.onGate(g)
 	}

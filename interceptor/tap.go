@@ -49,7 +49,7 @@ type earlyPermit struct {
 // tap is the tap.ServerInHandle of WithEarlyRejection.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	r := s.tab.Load().existing(info.FullMethodName)
-	if r == nil || r.gate == nil || r.gate.queue {
+	if r == nil || r.gate == nil || r.gate.queue || r.gate.dryRun.Load() {
 		return ctx, nil
 	}
 	arrived := time.Now()

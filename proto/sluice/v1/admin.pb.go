@@ -40,8 +40,10 @@ type LimiterStatus struct {
 	Rtt *durationpb.Duration `protobuf:"bytes,5,opt,name=rtt,proto3" json:"rtt,omitempty"`
 	// Time left of an override; unset when the limiter adapts freely.
 	OverrideRemaining *durationpb.Duration `protobuf:"bytes,6,opt,name=override_remaining,json=overrideRemaining,proto3" json:"override_remaining,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The limiter records its decisions and enforces none.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LimiterStatus) Reset() {
@@ -114,6 +116,13 @@ func (x *LimiterStatus) GetOverrideRemaining() *durationpb.Duration {
 		return x.OverrideRemaining
 	}
 	return nil
+}
+
+func (x *LimiterStatus) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 // ListLimitsRequest asks for every limiter.
@@ -494,18 +503,120 @@ func (x *ClearOverrideResponse) GetLimiter() *LimiterStatus {
 	return nil
 }
 
+// SetDryRunRequest switches a dry run.
+type SetDryRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limiter, as ListLimits names it.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// True: record decisions, enforce none. False: enforce them.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDryRunRequest) Reset() {
+	*x = SetDryRunRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDryRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDryRunRequest) ProtoMessage() {}
+
+func (x *SetDryRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDryRunRequest.ProtoReflect.Descriptor instead.
+func (*SetDryRunRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SetDryRunRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetDryRunRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// SetDryRunResponse returns the limiter after the change.
+type SetDryRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limiter.
+	Limiter       *LimiterStatus `protobuf:"bytes,1,opt,name=limiter,proto3" json:"limiter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDryRunResponse) Reset() {
+	*x = SetDryRunResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDryRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDryRunResponse) ProtoMessage() {}
+
+func (x *SetDryRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDryRunResponse.ProtoReflect.Descriptor instead.
+func (*SetDryRunResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetDryRunResponse) GetLimiter() *LimiterStatus {
+	if x != nil {
+		return x.Limiter
+	}
+	return nil
+}
+
 var File_sluice_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xe4\x01\n" +
+	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xfd\x01\n" +
 	"\rLimiterStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1a\n" +
 	"\binflight\x18\x03 \x01(\x05R\binflight\x12\x16\n" +
 	"\x06queued\x18\x04 \x01(\x05R\x06queued\x12+\n" +
 	"\x03rtt\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03rtt\x12H\n" +
-	"\x12override_remaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x11overrideRemaining\"\x13\n" +
+	"\x12override_remaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x11overrideRemaining\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"\x13\n" +
 	"\x11ListLimitsRequest\"J\n" +
 	"\x12ListLimitsResponse\x124\n" +
 	"\blimiters\x18\x01 \x03(\v2\x18.sluice.v1.LimiterStatusR\blimiters\"K\n" +
@@ -522,13 +633,19 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x14ClearOverrideRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"K\n" +
 	"\x15ClearOverrideResponse\x122\n" +
-	"\alimiter\x18\x01 \x01(\v2\x18.sluice.v1.LimiterStatusR\alimiter2\xcc\x02\n" +
+	"\alimiter\x18\x01 \x01(\v2\x18.sluice.v1.LimiterStatusR\alimiter\"?\n" +
+	"\x10SetDryRunRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"G\n" +
+	"\x11SetDryRunResponse\x122\n" +
+	"\alimiter\x18\x01 \x01(\v2\x18.sluice.v1.LimiterStatusR\alimiter2\x94\x03\n" +
 	"\rLimitsService\x12I\n" +
 	"\n" +
 	"ListLimits\x12\x1c.sluice.v1.ListLimitsRequest\x1a\x1d.sluice.v1.ListLimitsResponse\x12N\n" +
 	"\vWatchLimits\x12\x1d.sluice.v1.WatchLimitsRequest\x1a\x1e.sluice.v1.WatchLimitsResponse0\x01\x12L\n" +
 	"\vSetOverride\x12\x1d.sluice.v1.SetOverrideRequest\x1a\x1e.sluice.v1.SetOverrideResponse\x12R\n" +
-	"\rClearOverride\x12\x1f.sluice.v1.ClearOverrideRequest\x1a .sluice.v1.ClearOverrideResponseB6Z4github.com/sluice-go/sluice/proto/sluice/v1;sluicev1b\x06proto3"
+	"\rClearOverride\x12\x1f.sluice.v1.ClearOverrideRequest\x1a .sluice.v1.ClearOverrideResponse\x12F\n" +
+	"\tSetDryRun\x12\x1b.sluice.v1.SetDryRunRequest\x1a\x1c.sluice.v1.SetDryRunResponseB6Z4github.com/sluice-go/sluice/proto/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_admin_proto_rawDescOnce sync.Once
@@ -542,7 +659,7 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_admin_proto_rawDescData
 }
 
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_sluice_v1_admin_proto_goTypes = []any{
 	(*LimiterStatus)(nil),         // 0: sluice.v1.LimiterStatus
 	(*ListLimitsRequest)(nil),     // 1: sluice.v1.ListLimitsRequest
@@ -553,30 +670,35 @@ var file_sluice_v1_admin_proto_goTypes = []any{
 	(*SetOverrideResponse)(nil),   // 6: sluice.v1.SetOverrideResponse
 	(*ClearOverrideRequest)(nil),  // 7: sluice.v1.ClearOverrideRequest
 	(*ClearOverrideResponse)(nil), // 8: sluice.v1.ClearOverrideResponse
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
+	(*SetDryRunRequest)(nil),      // 9: sluice.v1.SetDryRunRequest
+	(*SetDryRunResponse)(nil),     // 10: sluice.v1.SetDryRunResponse
+	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
-	9,  // 0: sluice.v1.LimiterStatus.rtt:type_name -> google.protobuf.Duration
-	9,  // 1: sluice.v1.LimiterStatus.override_remaining:type_name -> google.protobuf.Duration
+	11, // 0: sluice.v1.LimiterStatus.rtt:type_name -> google.protobuf.Duration
+	11, // 1: sluice.v1.LimiterStatus.override_remaining:type_name -> google.protobuf.Duration
 	0,  // 2: sluice.v1.ListLimitsResponse.limiters:type_name -> sluice.v1.LimiterStatus
-	9,  // 3: sluice.v1.WatchLimitsRequest.interval:type_name -> google.protobuf.Duration
+	11, // 3: sluice.v1.WatchLimitsRequest.interval:type_name -> google.protobuf.Duration
 	0,  // 4: sluice.v1.WatchLimitsResponse.limiters:type_name -> sluice.v1.LimiterStatus
-	9,  // 5: sluice.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	11, // 5: sluice.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
 	0,  // 6: sluice.v1.SetOverrideResponse.limiter:type_name -> sluice.v1.LimiterStatus
 	0,  // 7: sluice.v1.ClearOverrideResponse.limiter:type_name -> sluice.v1.LimiterStatus
-	1,  // 8: sluice.v1.LimitsService.ListLimits:input_type -> sluice.v1.ListLimitsRequest
-	3,  // 9: sluice.v1.LimitsService.WatchLimits:input_type -> sluice.v1.WatchLimitsRequest
-	5,  // 10: sluice.v1.LimitsService.SetOverride:input_type -> sluice.v1.SetOverrideRequest
-	7,  // 11: sluice.v1.LimitsService.ClearOverride:input_type -> sluice.v1.ClearOverrideRequest
-	2,  // 12: sluice.v1.LimitsService.ListLimits:output_type -> sluice.v1.ListLimitsResponse
-	4,  // 13: sluice.v1.LimitsService.WatchLimits:output_type -> sluice.v1.WatchLimitsResponse
-	6,  // 14: sluice.v1.LimitsService.SetOverride:output_type -> sluice.v1.SetOverrideResponse
-	8,  // 15: sluice.v1.LimitsService.ClearOverride:output_type -> sluice.v1.ClearOverrideResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	0,  // 8: sluice.v1.SetDryRunResponse.limiter:type_name -> sluice.v1.LimiterStatus
+	1,  // 9: sluice.v1.LimitsService.ListLimits:input_type -> sluice.v1.ListLimitsRequest
+	3,  // 10: sluice.v1.LimitsService.WatchLimits:input_type -> sluice.v1.WatchLimitsRequest
+	5,  // 11: sluice.v1.LimitsService.SetOverride:input_type -> sluice.v1.SetOverrideRequest
+	7,  // 12: sluice.v1.LimitsService.ClearOverride:input_type -> sluice.v1.ClearOverrideRequest
+	9,  // 13: sluice.v1.LimitsService.SetDryRun:input_type -> sluice.v1.SetDryRunRequest
+	2,  // 14: sluice.v1.LimitsService.ListLimits:output_type -> sluice.v1.ListLimitsResponse
+	4,  // 15: sluice.v1.LimitsService.WatchLimits:output_type -> sluice.v1.WatchLimitsResponse
+	6,  // 16: sluice.v1.LimitsService.SetOverride:output_type -> sluice.v1.SetOverrideResponse
+	8,  // 17: sluice.v1.LimitsService.ClearOverride:output_type -> sluice.v1.ClearOverrideResponse
+	10, // 18: sluice.v1.LimitsService.SetDryRun:output_type -> sluice.v1.SetDryRunResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -590,7 +712,7 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

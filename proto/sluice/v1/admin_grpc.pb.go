@@ -26,6 +26,7 @@ const (
 	LimitsService_WatchLimits_FullMethodName   = "/sluice.v1.LimitsService/WatchLimits"
 	LimitsService_SetOverride_FullMethodName   = "/sluice.v1.LimitsService/SetOverride"
 	LimitsService_ClearOverride_FullMethodName = "/sluice.v1.LimitsService/ClearOverride"
+	LimitsService_SetDryRun_FullMethodName     = "/sluice.v1.LimitsService/SetDryRun"
 )
 
 // LimitsServiceClient is the client API for LimitsService service.
@@ -47,6 +48,9 @@ type LimitsServiceClient interface {
 	SetOverride(ctx context.Context, in *SetOverrideRequest, opts ...grpc.CallOption) (*SetOverrideResponse, error)
 	// ClearOverride ends an override at once.
 	ClearOverride(ctx context.Context, in *ClearOverrideRequest, opts ...grpc.CallOption) (*ClearOverrideResponse, error)
+	// SetDryRun switches a limiter in or out of a dry run (decisions recorded,
+	// none enforced) until the server's configuration is next reloaded.
+	SetDryRun(ctx context.Context, in *SetDryRunRequest, opts ...grpc.CallOption) (*SetDryRunResponse, error)
 }
 
 type limitsServiceClient struct {
@@ -106,6 +110,16 @@ func (c *limitsServiceClient) ClearOverride(ctx context.Context, in *ClearOverri
 	return out, nil
 }
 
+func (c *limitsServiceClient) SetDryRun(ctx context.Context, in *SetDryRunRequest, opts ...grpc.CallOption) (*SetDryRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetDryRunResponse)
+	err := c.cc.Invoke(ctx, LimitsService_SetDryRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitsServiceServer is the server API for LimitsService service.
 // All implementations must embed UnimplementedLimitsServiceServer
 // for forward compatibility.
@@ -125,6 +139,9 @@ type LimitsServiceServer interface {
 	SetOverride(context.Context, *SetOverrideRequest) (*SetOverrideResponse, error)
 	// ClearOverride ends an override at once.
 	ClearOverride(context.Context, *ClearOverrideRequest) (*ClearOverrideResponse, error)
+	// SetDryRun switches a limiter in or out of a dry run (decisions recorded,
+	// none enforced) until the server's configuration is next reloaded.
+	SetDryRun(context.Context, *SetDryRunRequest) (*SetDryRunResponse, error)
 	mustEmbedUnimplementedLimitsServiceServer()
 }
 
@@ -146,6 +163,9 @@ func (UnimplementedLimitsServiceServer) SetOverride(context.Context, *SetOverrid
 }
 func (UnimplementedLimitsServiceServer) ClearOverride(context.Context, *ClearOverrideRequest) (*ClearOverrideResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClearOverride not implemented")
+}
+func (UnimplementedLimitsServiceServer) SetDryRun(context.Context, *SetDryRunRequest) (*SetDryRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetDryRun not implemented")
 }
 func (UnimplementedLimitsServiceServer) mustEmbedUnimplementedLimitsServiceServer() {}
 func (UnimplementedLimitsServiceServer) testEmbeddedByValue()                       {}
@@ -233,6 +253,24 @@ func _LimitsService_ClearOverride_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LimitsService_SetDryRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetDryRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitsServiceServer).SetDryRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LimitsService_SetDryRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitsServiceServer).SetDryRun(ctx, req.(*SetDryRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LimitsService_ServiceDesc is the grpc.ServiceDesc for LimitsService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -251,6 +289,10 @@ var LimitsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClearOverride",
 			Handler:    _LimitsService_ClearOverride_Handler,
+		},
+		{
+			MethodName: "SetDryRun",
+			Handler:    _LimitsService_SetDryRun_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -107,8 +107,11 @@ type Config struct {
 	// (interceptor.WithPriorityHeader), for example "x-priority". Empty: as
 	// built, none by default.
 	PriorityHeader string `protobuf:"bytes,4,opt,name=priority_header,json=priorityHeader,proto3" json:"priority_header,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Puts every limit in a dry run (interceptor.WithDryRun): decisions are
+	// recorded and logged, none is enforced.
+	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
@@ -167,6 +170,13 @@ func (x *Config) GetPriorityHeader() string {
 		return x.PriorityHeader
 	}
 	return ""
+}
+
+func (x *Config) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 // CallerLimit gives each caller a quota of its own. Name callers by
@@ -540,7 +550,10 @@ type Limit struct {
 	Priority Priority `protobuf:"varint,7,opt,name=priority,proto3,enum=sluice.v1.Priority" json:"priority,omitempty"`
 	// Lets calls through with no limiter and no metrics (health checks, for
 	// example). An exempt limit sets no other field.
-	Exempt        bool `protobuf:"varint,8,opt,name=exempt,proto3" json:"exempt,omitempty"`
+	Exempt bool `protobuf:"varint,8,opt,name=exempt,proto3" json:"exempt,omitempty"`
+	// Decides and records every call as the limit would, and lets every call
+	// through (interceptor.Limit.DryRun): watch a limit before enforcing it.
+	DryRun        bool `protobuf:"varint,9,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -642,6 +655,13 @@ func (x *Limit) GetPriority() Priority {
 func (x *Limit) GetExempt() bool {
 	if x != nil {
 		return x.Exempt
+	}
+	return false
+}
+
+func (x *Limit) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
 	}
 	return false
 }
@@ -1232,12 +1252,13 @@ var File_sluice_v1_config_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xcb\x01\n" +
+	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xe4\x01\n" +
 	"\x06Config\x12*\n" +
 	"\adefault\x18\x01 \x01(\v2\x10.sluice.v1.LimitR\adefault\x121\n" +
 	"\amethods\x18\x02 \x03(\v2\x17.sluice.v1.MethodConfigR\amethods\x129\n" +
 	"\fcaller_limit\x18\x03 \x01(\v2\x16.sluice.v1.CallerLimitR\vcallerLimit\x12'\n" +
-	"\x0fpriority_header\x18\x04 \x01(\tR\x0epriorityHeader\"\x87\x02\n" +
+	"\x0fpriority_header\x18\x04 \x01(\tR\x0epriorityHeader\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"\x87\x02\n" +
 	"\vCallerLimit\x123\n" +
 	"\n" +
 	"rate_limit\x18\x01 \x01(\v2\x14.sluice.v1.RateLimitR\trateLimit\x12\"\n" +
@@ -1262,7 +1283,7 @@ const file_sluice_v1_config_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\v2\x10.sluice.v1.LimitR\x05limit\x1a8\n" +
 	"\x04Name\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
-	"\x06method\x18\x02 \x01(\tR\x06method\"\xeb\x02\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\"\x84\x03\n" +
 	"\x05Limit\x12%\n" +
 	"\x04aimd\x18\x01 \x01(\v2\x0f.sluice.v1.AimdH\x00R\x04aimd\x12(\n" +
 	"\x05vegas\x18\x02 \x01(\v2\x10.sluice.v1.VegasH\x00R\x05vegas\x124\n" +
@@ -1272,7 +1293,8 @@ const file_sluice_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"rate_limit\x18\x06 \x01(\v2\x14.sluice.v1.RateLimitR\trateLimit\x12/\n" +
 	"\bpriority\x18\a \x01(\x0e2\x13.sluice.v1.PriorityR\bpriority\x12\x16\n" +
-	"\x06exempt\x18\b \x01(\bR\x06exemptB\v\n" +
+	"\x06exempt\x18\b \x01(\bR\x06exempt\x12\x17\n" +
+	"\adry_run\x18\t \x01(\bR\x06dryRunB\v\n" +
 	"\talgorithm\"\xda\x01\n" +
 	"\x04Aimd\x12#\n" +
 	"\rinitial_limit\x18\x01 \x01(\x05R\finitialLimit\x12\x1b\n" +

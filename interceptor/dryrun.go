@@ -1,0 +1,75 @@
+package interceptor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// admitDry decides a call of a limiter in a dry run: the rates, then the
+// concurrency limit, as admit would, but never waiting. A call that would
+// have been rejected is recorded (with sluice.dry_run=true) and logged,
+// and goes on without a permit, so it neither counts in flight nor feeds
+// the algorithm, exactly as a rejected call would not have.
+func (c *core) admitDry(ctx context.Context, r *route) limiter.Token {
+	var ch charged
+	if r.gate.bucket != nil || r.t.callers != nil {
+		var rej *rejection
+		if ch, rej = c.checkRates(ctx, r); rej != nil {
+			c.logDry(ctx, r, rej.err.Error())
+			return limiter.Token{}
+		}
+	}
+	tok, ok, shed := c.tryAcquire(ctx, r)
+	if ok {
+		return tok
+	}
+	ch.refund()
+	reason := reasonLimit
+	if shed {
+		reason = reasonPriority
+	}
+	c.rejectedFor(ctx, r, reason)
+	c.logDry(ctx, r, fmt.Sprintf("concurrency limit %d reached (%s)", r.gate.lim.Limit(), reason))
+	return limiter.Token{}
+}
+
+// dryLogEvery is the shortest interval between two log lines of one
+// limiter's dry run: a dry run under overload would otherwise log every
+// call.
+const dryLogEvery = time.Second
+
+// logDry logs a dry-run rejection, at most once per dryLogEvery per
+// limiter, with how many happened since the last line.
+func (c *core) logDry(ctx context.Context, r *route, what string) {
+	g := r.gate
+	g.dryCount.Add(1)
+	now := time.Now().UnixNano()
+	last := g.dryLog.Load()
+	if now-last < int64(dryLogEvery) || !g.dryLog.CompareAndSwap(last, now) {
+		return
+	}
+	n := g.dryCount.Swap(0)
+	l := r.t.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.LogAttrs(ctx, slog.LevelInfo, "sluice dry run: would have rejected",
+		slog.String("side", c.side), slog.String("method", r.method), slog.String("limiter", g.name),
+		slog.String("why", what), slog.Int64("rejections", n))
+}
+
+// SetDryRun switches the limiter named name (as Limiters names it) in or
+// out of a dry run (see Limit.DryRun) until the next Reload, which applies
+// the configuration's setting again. The limiter keeps its state.
+func (c *core) SetDryRun(name string, on bool) error {
+	g := c.gateNamed(name)
+	if g == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownLimiter, name)
+	}
+	g.dryRun.Store(on)
+	return nil
+}
