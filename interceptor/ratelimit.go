@@ -128,6 +128,26 @@ func newBucket(r RateLimit) (*limiter.TokenBucket, error) {
 	return limiter.NewTokenBucket(r.PerSecond, r.burst())
 }
 
+// take charges the caller of a call of fullMethod one token of its quota.
+// It reports false, with how long the caller must wait, when the caller is
+// over its quota; otherwise what it took.
+func (cl *callerLimit) take(ctx context.Context, fullMethod string) (ch charged, after time.Duration, ok bool) {
+	key := cl.key(ctx, fullMethod)
+	if key == "" {
+		key = anonymous
+	}
+	d, err := cl.gcra.Allow(key)
+	// An error means no decision (the clock failed): let the call through
+	// rather than fail every call; the concurrency limit still protects.
+	if err != nil {
+		return charged{}, 0, true
+	}
+	if !d.Allowed {
+		return charged{}, d.RetryAfter, false
+	}
+	return charged{gcra: cl.gcra, key: key}, 0, true
+}
+
 // charged is what checkRates took for a call: tokens to give back if a
 // later check turns the call away, so that a call not served spends
 // neither its caller's quota nor the method's rate.
@@ -155,20 +175,11 @@ func (ch charged) refund() {
 func (c *core) checkRates(ctx context.Context, r *route) (charged, *rejection) {
 	var ch charged
 	if cl := r.t.callers; cl != nil {
-		key := cl.key(ctx, r.full)
-		if key == "" {
-			key = anonymous
-		}
-		d, err := cl.gcra.Allow(key)
-		// An error means no decision (the clock failed): let the call
-		// through rather than fail every call, the concurrency limit still
-		// protects.
-		if err == nil && !d.Allowed {
-			return charged{}, c.rateReject(ctx, r, reasonCallerRate, d.RetryAfter,
+		var after time.Duration
+		var ok bool
+		if ch, after, ok = cl.take(ctx, r.full); !ok {
+			return charged{}, c.rateReject(ctx, r, reasonCallerRate, after,
 				fmt.Sprintf("caller rate limit %s exceeded", cl.rate))
-		}
-		if err == nil {
-			ch.gcra, ch.key = cl.gcra, key
 		}
 	}
 	if b := r.gate.bucket; b != nil {
