@@ -86,30 +86,8 @@ func runOverload(t *testing.T, tc overloadCase) {
 		Phases:   phases,
 		Deadline: 10 * s,
 		Seed:     1,
-		Call: func(ctx context.Context) error {
-			tok, err := lim.Acquire(ctx)
-			if err != nil {
-				return err
-			}
-			err = be.Do(ctx)
-			outcome := Success
-			if errors.Is(err, context.DeadlineExceeded) {
-				outcome = Dropped
-			}
-			tok.Release(outcome)
-			return err
-		},
-		Classify: func(err error) loadgen.Result {
-			switch {
-			case err == nil:
-				return loadgen.OK
-			case errors.Is(err, ErrLimitExceeded):
-				return loadgen.Rejected
-			case errors.Is(err, context.DeadlineExceeded):
-				return loadgen.DeadlineExceeded
-			}
-			return loadgen.Failed
-		},
+		Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
+		Classify: classifyLimited,
 	})
 	require.NoError(t, err)
 	assert.Zero(t, lim.Inflight(), "in flight after the run")
@@ -131,4 +109,35 @@ func runOverload(t *testing.T, tc overloadCase) {
 		assert.GreaterOrEqual(t, goodput, tc.minGoodput, "%s: goodput / ideal", phases[i].Name)
 		assert.LessOrEqual(t, p99, tc.maxP99, "%s: p99 in service times", phases[i].Name)
 	}
+}
+
+// limitedCall is one call of the overload tests: a permit from lim, then
+// the backend, and the outcome a server would report: a deadline overrun
+// is a drop.
+func limitedCall(ctx context.Context, lim *Limiter, be backend.Backend) error {
+	tok, err := lim.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	err = be.Do(ctx)
+	outcome := Success
+	if errors.Is(err, context.DeadlineExceeded) {
+		outcome = Dropped
+	}
+	tok.Release(outcome)
+	return err
+}
+
+// classifyLimited sorts the errors of limitedCall for loadgen; other
+// errors (a handler's own refusal) are Failed.
+func classifyLimited(err error) loadgen.Result {
+	switch {
+	case err == nil:
+		return loadgen.OK
+	case errors.Is(err, ErrLimitExceeded):
+		return loadgen.Rejected
+	case errors.Is(err, context.DeadlineExceeded):
+		return loadgen.DeadlineExceeded
+	}
+	return loadgen.Failed
 }

@@ -93,34 +93,19 @@ func runSteady(t *testing.T, tc steadyCase, c int, s time.Duration) {
 			limitN++
 		},
 		Call: func(ctx context.Context) error {
-			tok, err := lim.Acquire(ctx)
-			if err != nil {
-				return err
-			}
 			if tc.refuse > 0 && n.Add(1)%int64(tc.refuse) == 0 {
+				// The handler's own refusal, before any work.
+				tok, err := lim.Acquire(ctx)
+				if err != nil {
+					return err
+				}
 				refused.Add(1)
 				tok.Release(Dropped)
 				return errQuota
 			}
-			err = be.Do(ctx)
-			outcome := Success
-			if errors.Is(err, context.DeadlineExceeded) {
-				outcome = Dropped
-			}
-			tok.Release(outcome)
-			return err
+			return limitedCall(ctx, lim, be)
 		},
-		Classify: func(err error) loadgen.Result {
-			switch {
-			case err == nil:
-				return loadgen.OK
-			case errors.Is(err, ErrLimitExceeded):
-				return loadgen.Rejected
-			case errors.Is(err, context.DeadlineExceeded):
-				return loadgen.DeadlineExceeded
-			}
-			return loadgen.Failed
-		},
+		Classify: classifyLimited,
 	})
 	require.NoError(t, err)
 	assert.Zero(t, lim.Inflight(), "in flight after the run")
