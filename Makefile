@@ -32,11 +32,11 @@ bench:
 	echo "== root module micro benchmarks (6 runs) > bench-out/root.txt"; \
 	$(GO) test -run '^$$' -bench . -benchmem -count=6 ./limiter ./interceptor > $(BENCH_OUT)/root.txt 2>&1 || \
 		{ cat $(BENCH_OUT)/root.txt; exit 1; }; \
-	$(TOOL) benchstat $(BENCH_OUT)/root.txt | tee $(BENCH_OUT)/root.benchstat.txt; \
+	(cd $(BENCH_OUT) && $(TOOL) benchstat root.txt) | tee $(BENCH_OUT)/root.benchstat.txt; \
 	echo "== bench/ micro and overhead benchmarks (6 runs) > bench-out/peers.txt"; \
 	(cd bench && $(GO) test -run '^$$' -bench . -benchmem -count=6 ./... > $(BENCH_OUT)/peers.txt 2>&1) || \
 		{ cat $(BENCH_OUT)/peers.txt; exit 1; }; \
-	$(TOOL) benchstat $(BENCH_OUT)/peers.txt | tee $(BENCH_OUT)/peers.benchstat.txt; \
+	(cd $(BENCH_OUT) && $(TOOL) benchstat peers.txt) | tee $(BENCH_OUT)/peers.benchstat.txt; \
 	echo "== bench/ overload comparison (~3 min) > bench-out/overload.txt, bench-out/overload.md"; \
 	(cd bench && $(GO) test -count=1 -run '^TestOverloadComparison$$' -v -timeout 15m -overload \
 		-overload.out $(BENCH_OUT)/overload.md . > $(BENCH_OUT)/overload.txt 2>&1) || \
