@@ -61,6 +61,18 @@ const (
 	// limit sits at about adaptiveTolerance × the downstream's capacity, so
 	// two thirds of it is below capacity: those calls meet no queue.
 	probeFraction = 2.0 / 3
+	// firstProbe is how soon after its first round trips a limiter
+	// probes the first time: a limiter that starts under overload measures
+	// them with a queue, which the probe drains.
+	firstProbe = 500 * time.Millisecond
+	// firstProbeFraction of the limit is how far the first probe lowers
+	// it: far enough below the downstream's capacity to drain the queue
+	// of a limiter that started far above it.
+	firstProbeFraction = 0.25
+	// collapseFalls late round trips in a row mean the downstream itself
+	// became slower, rather than a limit oscillating around its capacity:
+	// the limit has lost 40 % (0.9⁵).
+	collapseFalls = 5
 	// probeInterval is how long the baseline may go without a no-load
 	// measurement before a probe takes one.
 	probeInterval = 5 * time.Second
@@ -154,10 +166,14 @@ func (c AIMDConfig) Validate() error {
 // exceeds 1.3 × a baseline, the RTT without a queue: the minimum of a
 // moving average of round trips' mean RTTs. Queueing makes round trips
 // slower, so it cannot raise the baseline. When no round trip has come
-// within 10 % of the baseline for 5 s (sustained load), a probe lowers the
-// limit to two thirds for a round trip and measures the calls it admits
-// (BBR's ProbeRTT); a probe that reads higher than that while the limit is
-// steady met a queue and is discarded. The noisier the RTT, the more calls
+// within 10 % of the baseline for 5 s while the limit is full (sustained
+// load), a probe lowers the limit to two thirds for a round trip and
+// measures the calls it admits (BBR's ProbeRTT). The first probe comes
+// 0.5 s after the first round trips and lowers the limit to a quarter, to
+// drain the queue of a limiter that started under overload. A probe lower
+// than the baseline beyond its noise replaces it; one higher replaces it
+// only within 10 %, or when the limit is collapsing (five late round trips
+// in a row: the downstream itself slowed). The noisier the RTT, the more calls
 // a round trip needs: enough for three standard errors of its mean to stay
 // inside the 30 % tolerance, from 10 up to 256. docs/design.md gives the
 // reasoning and the measurements.
@@ -174,6 +190,8 @@ type AIMD struct {
 	limit     float64
 	slowStart bool
 	calm      int     // round trips since the last backoff
+	falls     int     // late round trips in a row
+	probes    int     // probes taken
 	cv        float64 // running coefficient of variation of RTT; -1 unknown
 	base      baseline
 }
@@ -200,7 +218,7 @@ type baseline struct {
 	collectUntil time.Time
 	probeN       int
 	probeSum     time.Duration
-	steady       bool // the limit was steady when the probe started
+	steady       bool // the limit was not collapsing when the probe started
 }
 
 // offer shows the baseline a round trip's mean RTT. The baseline is the
@@ -219,7 +237,8 @@ func (b *baseline) offer(rtt time.Duration, at time.Time) {
 	if b.offers < smoothWarmup {
 		// The first round trips of a limiter are the shortest calls of
 		// the first burst: until the average holds several, it is the
-		// baseline, up or down.
+		// baseline, up or down. A limiter that starts under overload
+		// measures them with a queue; the first probe drains it.
 		b.offers++
 		b.rtt, b.updated = rtt, at
 		return
@@ -274,7 +293,11 @@ func (a *AIMD) limitLocked() int {
 // no-load RTT. At MinLimit it is the limit itself: the limit can go no
 // lower, so what calls meet there is the baseline by definition.
 func (a *AIMD) probeLimitLocked() int {
-	return max(a.cfg.MinLimit, int(probeFraction*a.limit))
+	f := probeFraction
+	if a.probes <= 1 {
+		f = firstProbeFraction
+	}
+	return max(a.cfg.MinLimit, int(f*a.limit))
 }
 
 func (a *AIMD) adaptive() bool { return a.cfg.Timeout == 0 }
@@ -366,7 +389,7 @@ func (a *AIMD) closeLocked(at time.Time) {
 	if a.adaptive() && rt.successes() >= int(a.need.Load()) && agg.RTT > 0 && !a.base.probing && !a.base.collecting {
 		a.base.offer(agg.RTT, agg.At)
 	}
-	a.maybeProbeLocked(at)
+	a.maybeProbeLocked(at, float64(agg.Inflight) >= fullFraction*a.limit)
 }
 
 // untimedLocked applies a sample without an RTT (a stream, or a permit a
@@ -398,7 +421,12 @@ func (a *AIMD) untimedLocked(s Sample) {
 // limit settles where the two balance, limit × share × (1 − BackoffRatio)
 // = 1, far above any load that a trickle leaves.
 func (a *AIMD) ruleLocked(s Sample, share float64) {
-	if a.lateLocked(s) || (s.Outcome == Dropped && (share >= 1 || a.cfg.PerCall)) {
+	if a.lateLocked(s) {
+		a.falls++
+	} else {
+		a.falls = 0
+	}
+	if a.falls > 0 || (s.Outcome == Dropped && (share >= 1 || a.cfg.PerCall)) {
 		a.backoffLocked(a.cfg.BackoffRatio)
 		return
 	}
@@ -447,17 +475,28 @@ func (a *AIMD) lateLocked(s Sample) bool {
 // whatever the limit does: a downstream that became slower for good keeps
 // every round trip late, so the limit is never steady, and only a probe
 // can learn its new RTT.
-func (a *AIMD) maybeProbeLocked(now time.Time) {
+func (a *AIMD) maybeProbeLocked(now time.Time, full bool) {
 	b := &a.base
 	if !a.adaptive() || b.probing || b.collecting {
 		return
 	}
-	age := now.Sub(b.updated)
-	if b.rtt != 0 && (age < probeInterval || (a.calm < probeCalm && age < 2*probeInterval)) {
+	if b.offers < smoothWarmup || !full {
+		// The first round trips set the baseline. And a round trip that
+		// left the limit unfilled met no queue of the limit's making:
+		// lowering the limit would only turn calls away.
 		return
 	}
+	interval := probeInterval
+	if a.probes == 0 {
+		interval = firstProbe
+	}
+	age := now.Sub(b.updated)
+	if b.rtt != 0 && (age < interval || (a.calm < probeCalm && age < 2*interval)) {
+		return
+	}
+	a.probes++
 	*b = baseline{rtt: b.rtt, updated: b.updated, smooth: b.smooth, offers: b.offers,
-		probing: true, probeFrom: now, steady: a.calm >= probeCalm}
+		probing: true, probeFrom: now, steady: a.falls < collapseFalls}
 }
 
 // probeCollectFactor × the baseline is how long a probe keeps collecting
@@ -496,7 +535,15 @@ func (a *AIMD) probeLocked(s Sample) {
 		// in-flight count of the recent past, measures its new RTT.
 		// (A measurement below it is one noisy round trip; round trips
 		// lower the minimum by themselves, through the average.)
-		if (m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt)) || !b.steady {
+		// A probe lower than the baseline by more than its own noise
+		// (windowSigmas standard errors of its mean) drained a queue the
+		// baseline had taken for the RTT, as when a limiter starts under
+		// overload: it replaces the baseline.
+		noise := 1.0
+		if a.cv >= 0 {
+			noise = windowSigmas * a.cv / math.Sqrt(float64(b.probeN))
+		}
+		if float64(m) < (1-noise)*float64(b.rtt) || (m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt)) || !b.steady {
 			b.rtt, b.smooth = m, m
 		}
 		b.updated = s.At

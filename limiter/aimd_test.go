@@ -270,44 +270,68 @@ func TestAIMDProbe(t *testing.T) {
 	}{
 		{"slightly slower: follows", 12 * ms, 11 * ms, 11 * ms},
 		{"met a queue: the baseline stays", 12 * ms, 20 * ms, 10 * ms},
-		{"faster: left to the round trips", 12 * ms, 8 * ms, 10 * ms},
+		{"faster beyond its noise: learned", 12 * ms, 8 * ms, 8 * ms},
 		{"downstream slowed for good: learned", 30 * ms, 30 * ms, 30 * ms},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := NewAIMD(AIMDConfig{InitialLimit: 30, MinLimit: 10})
+			a, err := NewAIMD(AIMDConfig{InitialLimit: 40, MinLimit: 10, MaxLimit: 60})
 			require.NoError(t, err)
 			at := t0
 			trip := func(rtt time.Duration, inflight int) {
 				feed(a, roundTrip(at, rtt, DefaultWindowMinSamples, inflight, Success))
 				at = at.Add(rtt)
 			}
+			// probe runs the loaded round trips until a probe starts and
+			// then the probe, whose calls take rtt; it returns how long the
+			// baseline went unconfirmed and the probe's limit.
+			probe := func(load, rtt time.Duration) (time.Duration, int) {
+				learned := a.base.updated
+				for !a.base.probing {
+					trip(load, a.Limit())
+				}
+				waited, limit := at.Sub(learned), a.Limit()
+				steady := int(a.limit)
+				// Once a round trip's worth of calls admitted under the
+				// probe limit is back, the limit is restored, and the
+				// probe collects its slower calls for 4 baselines.
+				feed(a, roundTrip(at, rtt, DefaultWindowMinSamples, a.Limit(), Success))
+				assert.False(t, a.base.probing)
+				assert.GreaterOrEqual(t, a.Limit(), steady, "limit restored")
+				feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Ignored, At: at.Add(60 * ms)}})
+				assert.True(t, a.base.collecting, "ignored samples do not advance the probe")
+				feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Success, At: at.Add(200 * ms)}})
+				assert.False(t, a.base.collecting)
+				at = at.Add(200 * ms)
+				return waited, limit
+			}
 			for range smoothWarmup {
 				trip(10*ms, 5)
 			}
-			learned := at
-			for !a.base.probing {
-				trip(tt.load, a.Limit())
-			}
-			wait := probeInterval
-			if tt.load > 13*ms { // every round trip late: never steady
-				wait = 2 * probeInterval
-			}
-			assert.InDelta(t, wait, at.Sub(learned), float64(10*tt.load), "probe starts once the baseline is unconfirmed for long enough")
-			steady := int(a.limit)
-			assert.Equal(t, max(10, int(probeFraction*a.limit)), a.Limit(), "probing at two thirds")
+			require.Equal(t, 10*ms, a.base.rtt)
 
-			// Once a round trip's worth of calls admitted under the
-			// probe limit is back, the limit is restored, and the probe
-			// collects its slower calls for 4 baselines.
-			feed(a, roundTrip(at, tt.probe, DefaultWindowMinSamples, a.Limit(), Success))
-			assert.False(t, a.base.probing)
-			assert.Equal(t, steady, a.Limit(), "limit restored")
-			feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Ignored, At: at.Add(60 * ms)}})
-			assert.True(t, a.base.collecting, "ignored samples do not advance the probe")
-			feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Success, At: at.Add(200 * ms)}})
-			assert.False(t, a.base.collecting)
+			// The first probe comes soon and goes deep, to drain the
+			// queue of a limiter that started under overload.
+			wait := firstProbe
+			if tt.load > 13*ms { // every round trip late: never steady
+				wait = 2 * firstProbe
+			}
+			waited, limit := probe(tt.load, tt.probe)
+			assert.InDelta(t, wait, waited, float64(10*tt.load), "first probe")
+			assert.Equal(t, max(10, int(firstProbeFraction*a.limit)), limit, "first probe at a quarter")
 			assert.Equal(t, tt.want, a.base.rtt)
+
+			// The next ones wait probeInterval and lower the limit to two
+			// thirds.
+			if tt.load > 13*ms {
+				return
+			}
+			// (Round trips 20 % above the baseline neither confirm it nor
+			// are late.)
+			load := a.base.rtt * 6 / 5
+			waited, limit = probe(load, a.base.rtt)
+			assert.InDelta(t, probeInterval, waited, float64(10*load), "later probe")
+			assert.Equal(t, max(10, int(probeFraction*a.limit)), limit, "later probe at two thirds")
 		})
 	}
 }

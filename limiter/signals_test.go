@@ -35,6 +35,7 @@ type steadyCase struct {
 	maxP99      float64 // in service times; 0 unchecked
 	maxRejected float64 // share of calls the limiter rejected; 1 unchecked
 	maxLimit    float64 // mean limit as a multiple of C; 0 unchecked
+	cold        bool    // no warm-up at half load: the load from the first call
 }
 
 func TestLimitHolds(t *testing.T) {
@@ -53,6 +54,12 @@ func TestLimitHolds(t *testing.T) {
 			minGoodput: 0.95, maxRejected: 0.005},
 		{name: "quota", kind: "fifo", dist: backend.Exponential, load: 0.7, refuse: 33, duration: 30 * time.Second,
 			minGoodput: 0.95, maxRejected: 0.005},
+		// A server that starts under overload learns its baseline from
+		// queued calls: the limit must still come down to the capacity.
+		{name: "cold 5x", kind: "fifo", load: 5, duration: 20 * time.Second, cold: true,
+			minGoodput: 0.98, maxP99: 2, maxRejected: 1, maxLimit: 1.5},
+		{name: "cold 5x", kind: "ps", load: 5, duration: 20 * time.Second, cold: true,
+			minGoodput: 0.98, maxP99: 2, maxRejected: 1, maxLimit: 1.5},
 		// Noisy service times at overload: the service time alone has a
 		// p99 of 4.6 S.
 		{name: "noisy 2x", kind: "fifo", dist: backend.Exponential, load: 2, duration: 20 * time.Second,
@@ -78,8 +85,12 @@ func runSteady(t *testing.T, tc steadyCase, c int, s time.Duration) {
 	// taught it, then hold the case's load.
 	rate := float64(c) / s.Seconds()
 	const warm = 3 * time.Second
+	warmRate := 0.5 * rate
+	if tc.cold {
+		warmRate = tc.load * rate
+	}
 	phases := []loadgen.Phase{
-		{Name: "warm-up", Duration: warm, Rate: 0.5 * rate},
+		{Name: "warm-up", Duration: warm, Rate: warmRate},
 		{Name: tc.name, Duration: tc.duration, Rate: tc.load * rate},
 	}
 	var n, refused atomic.Int64
