@@ -50,6 +50,9 @@ func buildTable(side string, cfg *config) (*table, error) {
 	if side == "client" && cfg.callerKey != nil {
 		return nil, errors.New("interceptor: WithCallerRateLimit is a server option: a client has one caller")
 	}
+	if side == "client" && cfg.loadReports {
+		return nil, errors.New("interceptor: WithLoadReports is a server option: clients receive load reports, they do not send them")
+	}
 	t, err := newTable(cfg)
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 // grpc.Server with ServerOptions.
 type Server struct {
 	*core
+	load *loadReporter // nil without WithLoadReports
 }
 
 // NewServer returns a Server configured by opts. Invalid options (a
@@ -33,7 +34,11 @@ func NewServer(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{c}, nil
+	s := &Server{core: c}
+	if newConfig(opts).loadReports {
+		s.load = newLoadReporter(c)
+	}
+	return s, nil
 }
 
 // ServerOptions returns the options that install sluice's server
@@ -57,20 +62,30 @@ func ServerOptions(opts ...Option) ([]grpc.ServerOption, error) {
 // ServerOptions returns grpc.ChainUnaryInterceptor and
 // grpc.ChainStreamInterceptor options with s's interceptors.
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(s.StreamServerInterceptor()),
 	}
+	if s.load != nil {
+		opts = s.withLoadReports(opts)
+	}
+	return opts
 }
 
 // UnaryServerInterceptor returns the interceptor that limits unary calls.
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	if s.load != nil {
+		return s.load.unary(s.unary)
+	}
 	return s.unary
 }
 
 // StreamServerInterceptor returns the interceptor that limits streams. A
 // stream holds its permit until its handler returns.
 func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	if s.load != nil {
+		return s.load.stream(s.stream)
+	}
 	return s.stream
 }
 
