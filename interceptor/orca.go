@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/orca"
+
+	"github.com/sluice-go/sluice/limiter"
 )
 
 // WithLoadReports makes a Server tell its clients how loaded it is, in
@@ -26,9 +28,13 @@ import (
 //   - rps_fractional: the calls the limiter admitted per second. With the
 //     utilization, it gives the weight qps / utilization, which by Little's
 //     law is limit / latency: the throughput the server sustains.
-//   - eps: the calls the limiter rejected per second (limit, priority,
-//     rate, queue timeout), which weighted_round_robin turns into a
-//     penalty: weight = qps / (utilization + eps/qps × penalty).
+//   - eps: the calls that failed for overload per second: those the
+//     limiter rejected (limit, priority, rate, queue timeout) and admitted
+//     ones that missed their deadline or failed with an error the
+//     Classifier takes for a drop. weighted_round_robin turns it into a
+//     penalty: weight = qps / (utilization + eps/qps × penalty), so a
+//     server that sheds, or whose limit is still too high to keep its
+//     calls in time, gets less.
 //
 // Server.ServerOptions then installs orca.CallMetricsServerOption(nil)
 // ahead of sluice's interceptors; if you install the interceptors yourself,
@@ -67,6 +73,7 @@ type gateLoad struct {
 
 type loadCounts struct {
 	admitted, rejected int
+	failed             int     // admitted, then failed for overload
 	util               float64 // sum of the utilization samples
 	samples            int
 }
@@ -115,6 +122,14 @@ func (gl *gateLoad) record(now time.Time, rejected bool, util float64) loadFigur
 	return gl.figuresLocked(now)
 }
 
+// fail counts an admitted call that failed for overload.
+func (gl *gateLoad) fail(now time.Time) {
+	gl.mu.Lock()
+	defer gl.mu.Unlock()
+	gl.rollLocked(now)
+	gl.cur.failed++
+}
+
 func (gl *gateLoad) figures(now time.Time) loadFigures {
 	gl.mu.Lock()
 	defer gl.mu.Unlock()
@@ -144,7 +159,7 @@ func (gl *gateLoad) figuresLocked(now time.Time) loadFigures {
 	return loadFigures{
 		util:    (gl.prev.util + gl.cur.util) / float64(n),
 		qps:     float64(gl.prev.admitted+gl.cur.admitted) / span,
-		eps:     float64(gl.prev.rejected+gl.cur.rejected) / span,
+		eps:     float64(gl.prev.rejected+gl.cur.rejected+gl.prev.failed+gl.cur.failed) / span,
 		samples: n,
 	}
 }
@@ -160,11 +175,20 @@ func report(ctx context.Context, f loadFigures) {
 	rec.SetEPS(f.eps)
 }
 
+// failedForOverload reports whether an admitted call failed the way an
+// overloaded server fails: its caller's deadline passed, or the Classifier
+// takes its error for a drop.
+func failedForOverload(ctx context.Context, r *route, res Result) bool {
+	res.Late = !res.Stream && errors.Is(ctx.Err(), context.DeadlineExceeded)
+	return r.t.classifier(res) == limiter.Dropped
+}
+
 // unary wraps sluice's unary interceptor next: a call whose handler never
 // ran and that failed was turned away by the limiter.
 func (l *loadReporter) unary(next grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		g := l.c.tab.Load().lookup(info.FullMethod).gate
+		r := l.c.tab.Load().lookup(info.FullMethod)
+		g := r.gate
 		if g == nil {
 			return next(ctx, req, info, handler)
 		}
@@ -175,7 +199,11 @@ func (l *loadReporter) unary(next grpc.UnaryServerInterceptor) grpc.UnaryServerI
 			// Reported before the handler runs, so that a handler may
 			// override the figures with its own.
 			report(ctx, gl.record(l.now(), false, utilization(g)))
-			return handler(ctx, req)
+			resp, err := handler(ctx, req)
+			if failedForOverload(ctx, r, Result{FullMethod: info.FullMethod, Err: err}) {
+				gl.fail(l.now())
+			}
+			return resp, err
 		})
 		if !ran && err != nil {
 			report(ctx, gl.record(l.now(), true, utilization(g)))
@@ -187,7 +215,8 @@ func (l *loadReporter) unary(next grpc.UnaryServerInterceptor) grpc.UnaryServerI
 // stream is unary's counterpart for streams.
 func (l *loadReporter) stream(next grpc.StreamServerInterceptor) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		g := l.c.tab.Load().lookup(info.FullMethod).gate
+		r := l.c.tab.Load().lookup(info.FullMethod)
+		g := r.gate
 		if g == nil {
 			return next(srv, ss, info, handler)
 		}
@@ -196,7 +225,11 @@ func (l *loadReporter) stream(next grpc.StreamServerInterceptor) grpc.StreamServ
 		err := next(srv, ss, info, func(srv any, ss grpc.ServerStream) error {
 			ran = true
 			report(ss.Context(), gl.record(l.now(), false, utilization(g)))
-			return handler(srv, ss)
+			err := handler(srv, ss)
+			if failedForOverload(ss.Context(), r, Result{FullMethod: info.FullMethod, Err: err, Stream: true}) {
+				gl.fail(l.now())
+			}
+			return err
 		})
 		if !ran && err != nil {
 			report(ss.Context(), gl.record(l.now(), true, utilization(g)))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -240,4 +241,41 @@ func TestRegisterLoadReports(t *testing.T) {
 	assert.Positive(t, m.QPS)
 	assert.Zero(t, m.EPS)
 	assert.Equal(t, float64(-1), m.CPUUtilization, "cpu_utilization is the application's")
+}
+
+// TestLoadReportsCountFailures checks that admitted calls failing for
+// overload count in eps, and other failures do not.
+func TestLoadReportsCountFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		err     error
+		wantEPS bool
+	}{
+		{"deadline", status.Error(codes.DeadlineExceeded, "backend too slow"), true},
+		{"resource exhausted", status.Error(codes.ResourceExhausted, "downstream shed"), true},
+		{"not found", status.Error(codes.NotFound, "no such thing"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var fail atomic.Bool
+			fail.Store(true)
+			svc := &testpb.Service{UnaryFunc: func(context.Context, *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+				if fail.Load() {
+					return nil, tt.err
+				}
+				return &testpb.UnaryResponse{}, nil
+			}}
+			e := newEnv(t, svc, envConfig{server: []Option{WithLoadReports()}, noClient: true})
+			_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+			require.Equal(t, status.Code(tt.err), status.Code(err))
+			fail.Store(false)
+			var tr metadata.MD
+			_, err = e.client.Unary(t.Context(), &testpb.UnaryRequest{}, grpc.Trailer(&tr))
+			require.NoError(t, err)
+			r := loadReportOf(t, tr)
+			require.NotNil(t, r)
+			assert.Equal(t, tt.wantEPS, r.GetEps() > 0, "eps %v", r.GetEps())
+			assert.InDelta(t, 2, r.GetRpsFractional(), 1e-9, "two calls admitted within the first window")
+		})
+	}
 }
