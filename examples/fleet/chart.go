@@ -79,6 +79,7 @@ func (r report) writeChart(w io.Writer) error {
 			pl.Add(plotter.NewGrid())
 		}
 		share.Y.Max = 100
+		good.Y.Max = 1.3 * float64(maxInt(cfg.Capacities)) / cfg.Service.Seconds()
 		rows[0] = append(rows[0], share)
 		rows[1] = append(rows[1], good)
 	}
@@ -94,4 +95,12 @@ func (r report) writeChart(w io.Writer) error {
 	}
 	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 	return err
+}
+
+func maxInt(v []int) int {
+	m := 0
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
 }

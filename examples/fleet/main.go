@@ -135,8 +135,10 @@ func balancers() []balancer {
 // A pass is the result of one run and its summary.
 type pass struct {
 	balancer
-	Result  *fleet.Result
-	Summary fleet.Summary
+	Result *fleet.Result
+	// Summary leaves out the seconds in which the machine, busy with
+	// other work, lagged more than S/2; All keeps every second.
+	Summary, All fleet.Summary
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
@@ -162,20 +164,23 @@ func run(ctx context.Context, o options, out io.Writer) error {
 				for _, n := range s.Sent {
 					total += n
 				}
-				var share, good []string
+				var share, good, rej []string
 				for i := range s.Sent {
 					share = append(share, fmt.Sprintf("%3.0f%%", 100*float64(s.Sent[i])/float64(max(total, 1))))
 					good = append(good, fmt.Sprintf("%4d", s.Good[i]))
+					rej = append(rej, fmt.Sprintf("%4d", s.Rejected[i]))
 				}
-				fmt.Fprintf(out, "%-21s %3ds  share %s  goodput %s /s\n", b.Name, s.T+1, strings.Join(share, " "), strings.Join(good, " "))
+				fmt.Fprintf(out, "%-21s %3ds  share %s  goodput %s  rejected %s /s  lag %v\n",
+					b.Name, s.T+1, strings.Join(share, " "), strings.Join(good, " "), strings.Join(rej, " "), s.Lag.Round(time.Millisecond))
 			}
 		}
 		res, err := fleet.Run(ctx, cfg)
 		if err != nil {
 			return err
 		}
+		from, to := int(o.Skip/time.Second), int(o.Duration/time.Second)
 		passes = append(passes, pass{balancer: b, Result: res,
-			Summary: res.Summarize(int(o.Skip/time.Second), int(o.Duration/time.Second))})
+			Summary: res.Summarize(from, to, o.S/2), All: res.Summarize(from, to, 0)})
 	}
 	load[1] = loadAverage()
 	rep := report{o: o, passes: passes, date: time.Now(), load: load}

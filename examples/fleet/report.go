@@ -18,18 +18,21 @@ type report struct {
 	load   [2]string // load average before and after
 }
 
-// line is one balancer's summary in one line.
-func line(p pass) string {
-	s := p.Summary
+// line is a balancer's summary s in one line.
+func line(p pass, s fleet.Summary) string {
 	cfg := p.Result.Config
 	return fmt.Sprintf("goodput %.0f/s of %.0f/s ideal (%.1f %%); traffic shares %s (capacity %s); goodput per server %s /s",
 		s.Goodput, s.Ideal, 100*s.GoodputRatio(), pcts(s.Share), pcts(cfg.CapacityShares()), rates(s.Good))
 }
 
 func (r report) writeSummary(w io.Writer) {
-	fmt.Fprintf(w, "after the first %v of each run:\n", r.o.Skip)
+	fmt.Fprintf(w, "after the first %v of each run, every second:\n", r.o.Skip)
 	for _, p := range r.passes {
-		fmt.Fprintf(w, "  %-21s %s\n", p.Name, line(p))
+		fmt.Fprintf(w, "  %-21s %s\n", p.Name, line(p, p.All))
+	}
+	fmt.Fprintf(w, "the seconds in which the machine lagged at most S/2 = %v:\n", r.o.S/2)
+	for _, p := range r.passes {
+		fmt.Fprintf(w, "  %-21s %d of %d seconds: %s\n", p.Name, p.Summary.Seconds, p.All.Seconds, line(p, p.Summary))
 	}
 }
 
@@ -46,23 +49,30 @@ func (r report) writeMarkdown(w io.Writer) error {
 		"for %v per balancer; the tables leave out the first %v (weighted_round_robin's blackout and convergence).%s\n\n",
 		joinInts(base.Capacities, ", "), o.S, base.Ideal(), base.Rate(), o.Load, 10*o.S, o.Duration, o.Skip, limitNote(o))
 	fmt.Fprintf(&b, "Goodput is the calls that succeeded within their deadline; a server's share is the fraction of the calls that reached it.\n\n")
-	fmt.Fprintf(&b, "| balancer | goodput/s | of ideal |")
+	fmt.Fprintf(&b, "Seconds in which a goroutine waited more than S/2 = %v for a CPU measure the machine, busy with other work, more than the fleet; "+
+		"\"clean\" rows leave them out, \"all\" rows keep them.\n\n", o.S/2)
+	fmt.Fprintf(&b, "| balancer | seconds | goodput/s | of ideal |")
 	for i, c := range base.Capacities {
 		fmt.Fprintf(&b, " server %d (%d workers): share | goodput/s |", i+1, c)
 	}
-	fmt.Fprintf(&b, "\n|---|---:|---:|%s\n", strings.Repeat("---:|---:|", len(base.Capacities)))
-	fmt.Fprintf(&b, "| capacity | %.0f | 100 %% |", base.Ideal())
+	fmt.Fprintf(&b, "\n|---|---|---:|---:|%s\n", strings.Repeat("---:|---:|", len(base.Capacities)))
+	fmt.Fprintf(&b, "| capacity | | %.0f | 100 %% |", base.Ideal())
 	for i, s := range base.CapacityShares() {
 		fmt.Fprintf(&b, " %.1f %% | %.0f |", 100*s, float64(base.Capacities[i])/o.S.Seconds())
 	}
 	b.WriteString("\n")
 	for _, p := range r.passes {
-		s := p.Summary
-		fmt.Fprintf(&b, "| %s | %.0f | %.1f %% |", p.Name, s.Goodput, 100*s.GoodputRatio())
-		for i := range s.Share {
-			fmt.Fprintf(&b, " %.1f %% | %.0f |", 100*s.Share[i], s.Good[i])
+		for _, row := range []struct {
+			what string
+			s    fleet.Summary
+		}{{fmt.Sprintf("clean: %d of %d", p.Summary.Seconds, p.All.Seconds), p.Summary}, {"all", p.All}} {
+			s := row.s
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.1f %% |", p.Name, row.what, s.Goodput, 100*s.GoodputRatio())
+			for i := range s.Share {
+				fmt.Fprintf(&b, " %.1f %% | %.0f |", 100*s.Share[i], s.Good[i])
+			}
+			b.WriteString("\n")
 		}
-		b.WriteString("\n")
 	}
 	w2 := fleet.DefaultWRR
 	fmt.Fprintf(&b, "\nweighted_round_robin settings, for a run of a minute (gRPC's defaults in brackets): "+

@@ -99,8 +99,14 @@ func (c Config) deadline() time.Duration {
 // by the calls' arrival time.
 type Second struct {
 	T    int   // seconds since the start
-	Sent []int // calls that reached each server
-	Good []int // calls each server served within their deadline
+	Sent     []int // calls that reached each server
+	Good     []int // calls each server served within their deadline
+	Rejected []int // calls each server's limiter turned away
+	// Lag is the longest a goroutine waited for a CPU during the second
+	// (how late a 10 ms ticker was read): on a machine busy with other
+	// work, arrivals leave late and service times stretch, and the
+	// second measures the machine more than the fleet.
+	Lag time.Duration
 }
 
 // Result is the record of one run.
@@ -170,6 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		ticked  int
 	)
 	start := time.Now()
+	lags := watchLag(start)
 	deadline := cfg.deadline()
 	call := func(ctx context.Context) error {
 		arrived := time.Since(start)
@@ -183,14 +190,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if !ok {
 			return err // never reached a server
 		}
-		mu.Lock()
 		s := int(arrived / time.Second)
+		if arrived >= cfg.Duration {
+			return err // the run's last tick; its second is not one
+		}
+		mu.Lock()
 		for len(seconds) <= s {
-			seconds = append(seconds, Second{T: len(seconds), Sent: make([]int, n), Good: make([]int, n)})
+			seconds = append(seconds, Second{T: len(seconds), Sent: make([]int, n), Good: make([]int, n), Rejected: make([]int, n)})
 		}
 		seconds[s].Sent[i]++
-		if err == nil && took <= deadline {
+		switch {
+		case err == nil && took <= deadline:
 			seconds[s].Good[i]++
+		case overload.Classify(err) == loadgen.Rejected:
+			seconds[s].Rejected[i]++
 		}
 		mu.Unlock()
 		return err
@@ -201,9 +214,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		// Calls arriving in second t end by t+1+deadline; report a second
 		// once they all have.
+		worst := lags.sofar()
 		mu.Lock()
 		var done []Second
 		for ; ticked < len(seconds) && time.Duration(ticked+1)*time.Second+deadline < w.End; ticked++ {
+			if ticked < len(worst) {
+				seconds[ticked].Lag = worst[ticked]
+			}
 			done = append(done, seconds[ticked])
 		}
 		mu.Unlock()
@@ -219,11 +236,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Seed:     cfg.Seed,
 		Tick:     tick,
 	})
+	worst := lags.stop()
 	if err != nil {
 		return nil, err
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	for i := range seconds {
+		if i < len(worst) {
+			seconds[i].Lag = worst[i]
+		}
+	}
 	if cfg.Tick != nil {
 		for ; ticked < len(seconds); ticked++ {
 			cfg.Tick(seconds[ticked])
@@ -232,12 +255,58 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return &Result{Config: cfg, Report: rep, Seconds: seconds}, nil
 }
 
+// lagWatch records the worst scheduling delay of each second of a run.
+type lagWatch struct {
+	mu    sync.Mutex
+	worst []time.Duration
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func watchLag(start time.Time) *lagWatch {
+	l := &lagWatch{done: make(chan struct{})}
+	l.wg.Go(func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.done:
+				return
+			case sent := <-t.C:
+				now := time.Now()
+				s := int(sent.Sub(start) / time.Second)
+				l.mu.Lock()
+				for len(l.worst) <= s {
+					l.worst = append(l.worst, 0)
+				}
+				l.worst[s] = max(l.worst[s], now.Sub(sent))
+				l.mu.Unlock()
+			}
+		}
+	})
+	return l
+}
+
+func (l *lagWatch) sofar() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Duration(nil), l.worst...)
+}
+
+func (l *lagWatch) stop() []time.Duration {
+	close(l.done)
+	l.wg.Wait()
+	return l.sofar()
+}
+
 // A Summary is a run's totals over the seconds [from, to).
 type Summary struct {
 	Goodput float64   // good calls per second, the whole fleet
 	Ideal   float64   // Config.Ideal
 	Share   []float64 // each server's fraction of the calls
 	Good    []float64 // each server's good calls per second
+	Seconds int       // seconds summarized
+	Lagged  int       // seconds left out for their lag
 }
 
 // GoodputRatio is Goodput / Ideal.
@@ -252,8 +321,9 @@ func (c Config) CapacityShares() []float64 {
 	return out
 }
 
-// Summarize totals the seconds of r in [from, to), by arrival.
-func (r *Result) Summarize(from, to int) Summary {
+// Summarize totals the seconds of r in [from, to), by arrival, leaving
+// out those whose Lag exceeds maxLag unless maxLag is 0.
+func (r *Result) Summarize(from, to int, maxLag time.Duration) Summary {
 	n := len(r.Config.Capacities)
 	s := Summary{Ideal: r.Config.Ideal(), Share: make([]float64, n), Good: make([]float64, n)}
 	sent := make([]int, n)
@@ -263,6 +333,10 @@ func (r *Result) Summarize(from, to int) Summary {
 		if sec.T < from || sec.T >= to {
 			continue
 		}
+		if maxLag > 0 && sec.Lag > maxLag {
+			s.Lagged++
+			continue
+		}
 		secs++
 		for i := range n {
 			sent[i] += sec.Sent[i]
@@ -270,6 +344,7 @@ func (r *Result) Summarize(from, to int) Summary {
 			total += sec.Sent[i]
 		}
 	}
+	s.Seconds = secs
 	if secs == 0 {
 		return s
 	}
