@@ -98,7 +98,7 @@ func (c Config) deadline() time.Duration {
 // A Second is what each server got and served during one second of a run,
 // by the calls' arrival time.
 type Second struct {
-	T    int   // seconds since the start
+	T        int   // seconds since the start
 	Sent     []int // calls that reached each server
 	Good     []int // calls each server served within their deadline
 	Rejected []int // calls each server's limiter turned away
