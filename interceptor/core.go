@@ -27,6 +27,8 @@ type core struct {
 	// is returned and every call is rejected.
 	released func()
 	rejected func(reason string)
+	// onReject, set by WithLoadReports, learns why each call was rejected.
+	onReject func(ctx context.Context, reason string)
 }
 
 func newCore(side string, opts []Option) (*core, error) {
@@ -174,6 +176,9 @@ func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 
 func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 	c.metrics.rejected(ctx, r.attrs, reason)
+	if c.onReject != nil {
+		c.onReject(ctx, reason)
+	}
 	if c.rejected != nil {
 		c.rejected(reason)
 	}

@@ -28,13 +28,17 @@ import (
 //   - rps_fractional: the calls the limiter admitted per second. With the
 //     utilization, it gives the weight qps / utilization, which by Little's
 //     law is limit / latency: the throughput the server sustains.
-//   - eps: the calls that failed for overload per second: those the
-//     limiter rejected (limit, priority, rate, queue timeout) and admitted
-//     ones that missed their deadline or failed with an error the
-//     Classifier takes for a drop. weighted_round_robin turns it into a
-//     penalty: weight = qps / (utilization + eps/qps × penalty), so a
-//     server that sheds, or whose limit is still too high to keep its
-//     calls in time, gets less.
+//   - eps: the calls per second that failed for overload: rejected by the
+//     limiter (its limit, a priority's share, the method's rate, a queue
+//     wait the server made too long), or admitted and then late by the
+//     server's doing or failed with an error the Classifier takes for a
+//     drop. weighted_round_robin turns it into a penalty: weight = qps /
+//     (utilization + eps/qps × penalty), so a server that sheds, or whose
+//     limit is still too high to keep its calls in time, gets less. What a
+//     caller brings on itself (its own quota, WithCallerRateLimit; its
+//     cancellations; deadlines shorter than the server's calls take, by the
+//     rule of Server) does not count: one caller must not steer the
+//     fleet's traffic away from a healthy server.
 //
 // Server.ServerOptions then installs orca.CallMetricsServerOption(nil)
 // ahead of sluice's interceptors; if you install the interceptors yourself,
@@ -60,7 +64,51 @@ type loadReporter struct {
 }
 
 func newLoadReporter(c *core) *loadReporter {
+	c.onReject = func(ctx context.Context, reason string) {
+		if lc, ok := ctx.Value(loadCallKey{}).(*loadCall); ok {
+			lc.reason = reason
+		}
+	}
 	return &loadReporter{c: c, now: time.Now}
+}
+
+// A loadCall carries, in a call's context, what the limiter decided.
+type loadCall struct {
+	arrived time.Time
+	reason  string // why the call was rejected, if it was
+}
+
+type loadCallKey struct{}
+
+// A loadStream is a ServerStream whose context carries a loadCall.
+type loadStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *loadStream) Context() context.Context { return s.ctx }
+
+// overloadRejection reports whether a rejection says the server is
+// overloaded. A caller's own quota (caller_rate), its cancellation and a
+// deadline that ran out in the queue faster than the server's calls take
+// (see serverLate) are the caller's doing: counted, they would let one
+// caller steer the whole fleet's traffic away from a healthy server.
+func overloadRejection(g *gate, lc *loadCall) bool {
+	switch lc.reason {
+	case reasonLimit, reasonPriority, reasonRate:
+		return true
+	case reasonDeadline:
+		return serverLate(g, lc.arrived)
+	}
+	return false
+}
+
+// serverLate is the rule of Server.finishServer: a call whose deadline
+// passed is the server's doing only when the server held it for more than
+// lateFactor × the RTT its limiter has seen calls take.
+func serverLate(g *gate, arrived time.Time) bool {
+	learned := time.Duration(g.rtt.Load())
+	return learned > 0 && time.Since(arrived) > lateFactor*learned
 }
 
 // gateLoad counts the decisions of one limiter in two windows.
@@ -122,6 +170,17 @@ func (gl *gateLoad) record(now time.Time, rejected bool, util float64) loadFigur
 	return gl.figuresLocked(now)
 }
 
+// rejected records a rejection that says the server is overloaded and
+// only returns the figures for one that does not: those neither count as
+// errors nor sample the utilization (a caller over its own quota may find
+// the limiter idle).
+func (gl *gateLoad) rejected(now time.Time, overload bool, util float64) loadFigures {
+	if overload {
+		return gl.record(now, true, util)
+	}
+	return gl.figures(now)
+}
+
 // fail counts an admitted call that failed for overload.
 func (gl *gateLoad) fail(now time.Time) {
 	gl.mu.Lock()
@@ -176,10 +235,17 @@ func report(ctx context.Context, f loadFigures) {
 }
 
 // failedForOverload reports whether an admitted call failed the way an
-// overloaded server fails: its caller's deadline passed, or the Classifier
-// takes its error for a drop.
-func failedForOverload(ctx context.Context, r *route, res Result) bool {
-	res.Late = !res.Stream && errors.Is(ctx.Err(), context.DeadlineExceeded)
+// overloaded server fails, by the rules the limiter itself follows (see
+// Server): a unary call that ended after its deadline counts only when
+// the server's own time made it late, whatever it returned; any other
+// call counts when the Classifier takes it for a drop.
+func failedForOverload(ctx context.Context, r *route, lc *loadCall, res Result) bool {
+	if late(ctx) {
+		if res.Stream || !serverLate(r.gate, lc.arrived) {
+			return false
+		}
+		res.Late = true
+	}
 	return r.t.classifier(res) == limiter.Dropped
 }
 
@@ -193,20 +259,21 @@ func (l *loadReporter) unary(next grpc.UnaryServerInterceptor) grpc.UnaryServerI
 			return next(ctx, req, info, handler)
 		}
 		gl := l.load(g)
+		lc := &loadCall{arrived: l.now()}
 		ran := false
-		resp, err := next(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+		resp, err := next(context.WithValue(ctx, loadCallKey{}, lc), req, info, func(ctx context.Context, req any) (any, error) {
 			ran = true
 			// Reported before the handler runs, so that a handler may
 			// override the figures with its own.
 			report(ctx, gl.record(l.now(), false, utilization(g)))
 			resp, err := handler(ctx, req)
-			if failedForOverload(ctx, r, Result{FullMethod: info.FullMethod, Err: err}) {
+			if failedForOverload(ctx, r, lc, Result{FullMethod: info.FullMethod, Err: err}) {
 				gl.fail(l.now())
 			}
 			return resp, err
 		})
 		if !ran && err != nil {
-			report(ctx, gl.record(l.now(), true, utilization(g)))
+			report(ctx, gl.rejected(l.now(), overloadRejection(g, lc), utilization(g)))
 		}
 		return resp, err
 	}
@@ -221,18 +288,20 @@ func (l *loadReporter) stream(next grpc.StreamServerInterceptor) grpc.StreamServ
 			return next(srv, ss, info, handler)
 		}
 		gl := l.load(g)
+		lc := &loadCall{arrived: l.now()}
 		ran := false
-		err := next(srv, ss, info, func(srv any, ss grpc.ServerStream) error {
+		ls := &loadStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), loadCallKey{}, lc)}
+		err := next(srv, ls, info, func(srv any, ss grpc.ServerStream) error {
 			ran = true
 			report(ss.Context(), gl.record(l.now(), false, utilization(g)))
 			err := handler(srv, ss)
-			if failedForOverload(ss.Context(), r, Result{FullMethod: info.FullMethod, Err: err, Stream: true}) {
+			if failedForOverload(ss.Context(), r, lc, Result{FullMethod: info.FullMethod, Err: err, Stream: true}) {
 				gl.fail(l.now())
 			}
 			return err
 		})
 		if !ran && err != nil {
-			report(ss.Context(), gl.record(l.now(), true, utilization(g)))
+			report(ss.Context(), gl.rejected(l.now(), overloadRejection(g, lc), utilization(g)))
 		}
 		return err
 	}
