@@ -100,7 +100,7 @@ func TestFleetComparison(t *testing.T) {
 	require.Positive(t, wrr.Seconds, "every second lagged: the machine is too busy to measure")
 	assert.GreaterOrEqual(t, wrr.GoodputRatio(), 0.95, "weighted_round_robin: goodput / ideal")
 	for i, want := range cfg.CapacityShares() {
-		assert.InDelta(t, want, wrr.Share[i], 0.10, "server %d (%d workers): traffic share vs capacity share", i, cfg.Capacities[i])
+		assert.InDelta(t, want, wrr.Share[i], 0.10, "server %d (%d workers): traffic share vs capacity share", i+1, cfg.Capacities[i])
 	}
 }
 
