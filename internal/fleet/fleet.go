@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/balancer/weightedroundrobin" // registers weighted_round_robin
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -61,6 +62,9 @@ func (w WRR) ServiceConfig() string {
 		w.BlackoutPeriod.Seconds(), w.WeightUpdatePeriod.Seconds(), w.WeightExpirationPeriod.Seconds(), w.ErrorUtilizationPenalty)
 }
 
+// orcaTrailer is the trailer that carries a call's ORCA load report.
+const orcaTrailer = "endpoint-load-metrics-bin"
+
 // RoundRobin is the service config of plain round_robin.
 const RoundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
 
@@ -102,6 +106,7 @@ type Second struct {
 	Sent     []int // calls that reached each server
 	Good     []int // calls each server served within their deadline
 	Rejected []int // calls each server's limiter turned away
+	Reports  []int // calls whose trailer carried an ORCA load report
 	// Lag is the longest a goroutine waited for a CPU during the second
 	// (how late a 10 ms ticker was read): on a machine busy with other
 	// work, arrivals leave late and service times stretch, and the
@@ -180,8 +185,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	deadline := cfg.deadline()
 	call := func(ctx context.Context) error {
 		arrived := time.Since(start)
-		var p peer.Peer
-		_, err := client.Unary(ctx, &testpb.UnaryRequest{}, grpc.Peer(&p))
+		var (
+			p  peer.Peer
+			tr metadata.MD
+		)
+		_, err := client.Unary(ctx, &testpb.UnaryRequest{}, grpc.Peer(&p), grpc.Trailer(&tr))
 		took := time.Since(start) - arrived
 		i, ok := -1, false
 		if p.Addr != nil {
@@ -196,9 +204,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		mu.Lock()
 		for len(seconds) <= s {
-			seconds = append(seconds, Second{T: len(seconds), Sent: make([]int, n), Good: make([]int, n), Rejected: make([]int, n)})
+			seconds = append(seconds, Second{T: len(seconds), Sent: make([]int, n), Good: make([]int, n), Rejected: make([]int, n), Reports: make([]int, n)})
 		}
 		seconds[s].Sent[i]++
+		if len(tr.Get(orcaTrailer)) > 0 {
+			seconds[s].Reports[i]++
+		}
 		switch {
 		case err == nil && took <= deadline:
 			seconds[s].Good[i]++
