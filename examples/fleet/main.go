@@ -16,6 +16,14 @@
 // capacities / S) and each server's share of the traffic against its
 // share of the capacity, and writes fleet.md and fleet.png to -out.
 //
+// At twice the fleet's capacity every server is overloaded under either
+// policy (round_robin gives the 4-worker server 4.7× its capacity, the
+// 16-worker one 1.2×), so each limiter sheds its excess and goodput depends
+// on the limiters more than on the balancer; the policies differ in where
+// the calls go. Goodput differs once the fleet as a whole has room: with
+// -load 1, round_robin still overloads the small server while the large
+// one idles.
+//
 // The weighted_round_robin settings suit a run of a minute; gRPC's
 // defaults suit fleets that live for days:
 //
