@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload bench bench-overload lint fmt check-tidy tidy generate check-generate fuzz soak ci demo
+.PHONY: all test overload bench bench-overload lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
 
 all: ci
 
@@ -125,3 +125,9 @@ ci: lint check-tidy check-generate test fuzz
 ## with sluice's defaults (~1 min); writes demo-out/report.md and chart.png.
 demo:
 	cd examples && $(GO) run ./demo -out ../demo-out
+
+## demo-fleet: three unequal servers behind round_robin, then behind
+## weighted_round_robin fed by sluice's ORCA load reports (~1 min); writes
+## demo-out/fleet.md and fleet.png.
+demo-fleet:
+	cd examples && $(GO) run ./fleet -out ../demo-out

@@ -32,6 +32,8 @@ type core struct {
 	// is returned and every call is rejected.
 	released func()
 	rejected func(reason string)
+	// onReject, set by WithLoadReports, learns why each call was rejected.
+	onReject func(ctx context.Context, reason string)
 }
 
 func newCore(side string, opts []Option) (*core, error) {
@@ -57,6 +59,9 @@ func buildTable(side string, cfg *config) (*table, error) {
 	}
 	if side == "client" && cfg.early {
 		return nil, errors.New("interceptor: WithEarlyRejection is a server option: a client sends its requests, it does not decode them")
+	}
+	if side == "client" && cfg.loadReports {
+		return nil, errors.New("interceptor: WithLoadReports is a server option: clients receive load reports, they do not send them")
 	}
 	t, err := newTable(cfg)
 	if err != nil {
@@ -228,6 +233,9 @@ func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 		c.metrics.rejectedDry(ctx, r.attrs, reason)
 	} else {
 		c.metrics.rejected(ctx, r.attrs, reason)
+		if c.onReject != nil {
+			c.onReject(ctx, reason)
+		}
 	}
 	if c.rejected != nil {
 		c.rejected(reason)

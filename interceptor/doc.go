@@ -48,6 +48,19 @@
 // default and critical calls all of it. Admission of every priority is one
 // atomic step on the same counter, so together they never exceed the limit.
 //
+// # Fleets
+//
+// A limiter protects its own process. WithLoadReports makes every limited
+// call, rejected ones included, carry an ORCA load report of its limiter
+// (utilization, admitted and failed calls per second), so that clients
+// balancing with gRPC's weighted_round_robin policy send less to the
+// servers that shed:
+//
+//	limits, err := interceptor.NewServer(interceptor.WithLoadReports())
+//	srv := grpc.NewServer(limits.ServerOptions()...)
+//
+// Server.RegisterLoadReports adds the out-of-band ORCA service.
+//
 // # Configuration files
 //
 // LoadConfig reads limits from a JSON file, the protobuf JSON form of

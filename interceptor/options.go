@@ -117,12 +117,15 @@ func sameLimit(a, b Limit) bool {
 // DefaultExempt lists the services exempt from limiting unless an option
 // names them: health checks must answer under overload, or a load balancer
 // takes a busy server for a dead one; reflection and sluice's own admin
-// service are tooling an operator needs most when the server is busy.
+// service are tooling an operator needs most when the server is busy; the
+// ORCA out-of-band stream (Server.RegisterLoadReports) lives as long as its
+// client and would hold a permit all that time.
 var DefaultExempt = []string{
 	"/grpc.health.v1.Health/",
 	"/grpc.reflection.v1.ServerReflection/",
 	"/grpc.reflection.v1alpha.ServerReflection/",
 	"/sluice.v1.LimitsService/",
+	"/xds.service.orca.v3.OpenRcaService/",
 }
 
 type config struct {
@@ -142,6 +145,7 @@ type config struct {
 	early          bool // WithEarlyRejection
 	dryRun         bool // WithDryRun
 	logger         *slog.Logger
+	loadReports    bool
 	errs           []error
 	// layer counts the layers of options applied so far, minus one: see
 	// newConfig.

@@ -29,6 +29,7 @@ import (
 // grpc.Server with ServerOptions.
 type Server struct {
 	*core
+	load *loadReporter // nil without WithLoadReports
 }
 
 // NewServer returns a Server configured by opts. Invalid options (a
@@ -39,7 +40,11 @@ func NewServer(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{c}, nil
+	s := &Server{core: c}
+	if newConfig(opts).loadReports {
+		s.load = newLoadReporter(c)
+	}
+	return s, nil
 }
 
 // ServerOptions returns the options that install sluice's server
@@ -70,17 +75,26 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	if tap := s.tapOption(); tap != nil {
 		opts = append(opts, tap)
 	}
+	if s.load != nil {
+		opts = s.withLoadReports(opts)
+	}
 	return opts
 }
 
 // UnaryServerInterceptor returns the interceptor that limits unary calls.
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	if s.load != nil {
+		return s.load.unary(s.unary)
+	}
 	return s.unary
 }
 
 // StreamServerInterceptor returns the interceptor that limits streams. A
 // stream holds its permit until its handler returns.
 func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	if s.load != nil {
+		return s.load.stream(s.stream)
+	}
 	return s.stream
 }
 

@@ -1,0 +1,73 @@
+package interceptor
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/testpb"
+)
+
+// The load reports go to every client of the fleet: what one caller does
+// must not make the server look overloaded to the others, or a single
+// caller steers the whole fleet's traffic away from a healthy server.
+
+// TestAttackLoadReportsCallerQuota is a caller that blows through its own
+// quota (WithCallerRateLimit). Its rejections say nothing about the
+// server's capacity, so an honest caller's report must show no errors.
+func TestAttackLoadReportsCallerQuota(t *testing.T) {
+	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true, server: []Option{
+		WithLoadReports(),
+		WithCallerRateLimit(MetadataKey("caller"), RateLimit{PerSecond: 1, Burst: 1}),
+	}})
+	as := func(caller string) context.Context {
+		return metadata.AppendToOutgoingContext(t.Context(), "caller", caller)
+	}
+	for i := range 20 {
+		_, err := e.client.Unary(as("attacker"), &testpb.UnaryRequest{})
+		if i > 0 {
+			require.Equal(t, codes.ResourceExhausted, status.Code(err), "call %d over the attacker's quota", i)
+		}
+	}
+	var tr metadata.MD
+	_, err := e.client.Unary(as("honest"), &testpb.UnaryRequest{}, grpc.Trailer(&tr))
+	require.NoError(t, err)
+	r := loadReportOf(t, tr)
+	require.NotNil(t, r)
+	assert.Zero(t, r.GetEps(), "one caller's exhausted quota made the server report errors to everyone")
+}
+
+// TestAttackLoadReportsShortDeadlines is a caller that sends deadlines it
+// knows the server cannot meet. The server was not slow (see
+// TestAttackDeadlineCannotLowerLimit): its report must show no errors.
+func TestAttackLoadReportsShortDeadlines(t *testing.T) {
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return &testpb.UnaryResponse{}, doWork(ctx)
+	}}
+	e := newEnv(t, svc, envConfig{noClient: true, server: []Option{WithLoadReports()}})
+	call := func(d time.Duration, tr *metadata.MD) error {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		defer cancel()
+		_, err := e.client.Unary(ctx, &testpb.UnaryRequest{}, grpc.Trailer(tr))
+		e.awaitRelease(t, "server")
+		return err
+	}
+	var tr metadata.MD
+	for range 5 { // the server learns what a call takes
+		require.NoError(t, call(time.Second, &tr))
+	}
+	for range 10 {
+		require.Error(t, call(work/4, &tr))
+	}
+	require.NoError(t, call(time.Second, &tr))
+	r := loadReportOf(t, tr)
+	require.NotNil(t, r)
+	assert.Zero(t, r.GetEps(), "a caller's own deadlines made the server report errors to everyone")
+}

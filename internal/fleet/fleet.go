@@ -1,0 +1,378 @@
+// Package fleet runs open-loop load from one gRPC client over several
+// servers of different capacities, each behind sluice's server defaults
+// with load reports on, and records which server got each call. It is the
+// fleet test's and examples/fleet's harness: the same servers measured
+// under round_robin and under weighted_round_robin fed by sluice's ORCA
+// reports.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/balancer/weightedroundrobin" // registers weighted_round_robin
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+
+	"github.com/sluice-go/sluice/interceptor"
+	"github.com/sluice-go/sluice/internal/backend"
+	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/overload"
+	"github.com/sluice-go/sluice/internal/testpb"
+)
+
+// WRR is the weighted_round_robin configuration of the fleet runs, chosen
+// for runs of a minute or less; gRPC's defaults suit long-lived fleets.
+type WRR struct {
+	// BlackoutPeriod: how long a server must have reported before its
+	// weight counts (default 10 s, a sixth of a one-minute run). 1 s is
+	// enough to skip the reports of a server's first calls.
+	BlackoutPeriod time.Duration
+	// WeightUpdatePeriod: how often the picker takes the new weights
+	// (default 1 s, minimum 100 ms).
+	WeightUpdatePeriod time.Duration
+	// WeightExpirationPeriod: how long a weight lasts without a new report
+	// before the server falls back to the mean weight (default 3 min).
+	WeightExpirationPeriod time.Duration
+	// ErrorUtilizationPenalty multiplies eps/qps in the weight,
+	// qps / (utilization + eps/qps × penalty) (default 1).
+	ErrorUtilizationPenalty float64
+}
+
+// DefaultWRR is the configuration the fleet runs use.
+var DefaultWRR = WRR{
+	BlackoutPeriod:          time.Second,
+	WeightUpdatePeriod:      250 * time.Millisecond,
+	WeightExpirationPeriod:  10 * time.Second,
+	ErrorUtilizationPenalty: 1,
+}
+
+// ServiceConfig returns the gRPC service config that selects w.
+func (w WRR) ServiceConfig() string {
+	return fmt.Sprintf(`{"loadBalancingConfig":[{"weighted_round_robin":{`+
+		`"blackoutPeriod":"%gs","weightUpdatePeriod":"%gs","weightExpirationPeriod":"%gs","errorUtilizationPenalty":%g}}]}`,
+		w.BlackoutPeriod.Seconds(), w.WeightUpdatePeriod.Seconds(), w.WeightExpirationPeriod.Seconds(), w.ErrorUtilizationPenalty)
+}
+
+// orcaTrailer is the trailer that carries a call's ORCA load report.
+const orcaTrailer = "endpoint-load-metrics-bin"
+
+// RoundRobin is the service config of plain round_robin.
+const RoundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+
+// Config describes one run.
+type Config struct {
+	Capacities []int         // workers of each server's FIFO backend
+	Service    time.Duration // service time S of one call
+	Load       float64       // offered load, a multiple of the fleet's capacity
+	Duration   time.Duration
+	Deadline   time.Duration // of every call; 10·S if zero
+	// ServiceConfig picks the client's balancer: RoundRobin or
+	// WRR.ServiceConfig().
+	ServiceConfig string
+	Seed          uint64
+	// Options are added to every server's WithLoadReports; none gives
+	// sluice's defaults.
+	Options []interceptor.Option
+	// Tick, if set, gets each second's figures while the run goes on.
+	Tick func(Second)
+}
+
+// Ideal is the fleet's best goodput: the sum of capacities / S.
+func (c Config) Ideal() float64 { return float64(sum(c.Capacities)) / c.Service.Seconds() }
+
+// Rate is the offered load in calls per second.
+func (c Config) Rate() float64 { return c.Load * c.Ideal() }
+
+func (c Config) deadline() time.Duration {
+	if c.Deadline > 0 {
+		return c.Deadline
+	}
+	return 10 * c.Service
+}
+
+// A Second is what each server got and served during one second of a run,
+// by the calls' arrival time.
+type Second struct {
+	T        int   // seconds since the start
+	Sent     []int // calls that reached each server
+	Good     []int // calls each server served within their deadline
+	Rejected []int // calls each server's limiter turned away
+	Reports  []int // calls whose trailer carried an ORCA load report
+	// Lag is the longest a goroutine waited for a CPU during the second
+	// (how late a 10 ms ticker was read): on a machine busy with other
+	// work, arrivals leave late and service times stretch, and the
+	// second measures the machine more than the fleet.
+	Lag time.Duration
+}
+
+// Result is the record of one run.
+type Result struct {
+	Config  Config
+	Report  *loadgen.Report
+	Seconds []Second
+}
+
+// Run starts the servers, runs the load, and stops everything.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if len(cfg.Capacities) == 0 || cfg.Service <= 0 || !(cfg.Load > 0) || cfg.Duration <= 0 {
+		return nil, errors.New("fleet: Config needs capacities, a positive service time, load and duration")
+	}
+	addrs := make([]string, len(cfg.Capacities))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i, c := range cfg.Capacities {
+		be, err := backend.NewFIFO(c, cfg.Service)
+		if err != nil {
+			return nil, err
+		}
+		// sluice's server defaults and the one line that turns load
+		// reports on.
+		lim, err := interceptor.NewServer(append([]interceptor.Option{interceptor.WithLoadReports()}, cfg.Options...)...)
+		if err != nil {
+			return nil, err
+		}
+		defer lim.Close()
+		gs := grpc.NewServer(lim.ServerOptions()...)
+		testpb.RegisterTestServiceServer(gs, overload.Service(be))
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = lis.Addr().String()
+		wg.Go(func() { _ = gs.Serve(lis) })
+		defer gs.Stop()
+	}
+
+	r := manual.NewBuilderWithScheme("fleet")
+	eps := make([]resolver.Endpoint, len(addrs))
+	for i, a := range addrs {
+		eps[i] = resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}}
+	}
+	r.InitialState(resolver.State{Endpoints: eps})
+	conn, err := grpc.NewClient("fleet:///servers", grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(cfg.ServiceConfig))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if err := overload.Connect(ctx, conn); err != nil {
+		return nil, err
+	}
+	client := testpb.NewTestServiceClient(conn)
+
+	index := make(map[string]int, len(addrs))
+	for i, a := range addrs {
+		index[a] = i
+	}
+	n := len(addrs)
+	var (
+		mu      sync.Mutex
+		seconds []Second
+		ticked  int
+	)
+	start := time.Now()
+	lags := watchLag(start)
+	deadline := cfg.deadline()
+	call := func(ctx context.Context) error {
+		arrived := time.Since(start)
+		var (
+			p  peer.Peer
+			tr metadata.MD
+		)
+		_, err := client.Unary(ctx, &testpb.UnaryRequest{}, grpc.Peer(&p), grpc.Trailer(&tr))
+		took := time.Since(start) - arrived
+		i, ok := -1, false
+		if p.Addr != nil {
+			i, ok = index[p.Addr.String()]
+		}
+		if !ok {
+			return err // never reached a server
+		}
+		s := int(arrived / time.Second)
+		if arrived >= cfg.Duration {
+			return err // the run's last tick; its second is not one
+		}
+		mu.Lock()
+		for len(seconds) <= s {
+			seconds = append(seconds, Second{T: len(seconds), Sent: make([]int, n), Good: make([]int, n), Rejected: make([]int, n), Reports: make([]int, n)})
+		}
+		seconds[s].Sent[i]++
+		if len(tr.Get(orcaTrailer)) > 0 {
+			seconds[s].Reports[i]++
+		}
+		switch {
+		case err == nil && took <= deadline:
+			seconds[s].Good[i]++
+		case overload.Classify(err) == loadgen.Rejected:
+			seconds[s].Rejected[i]++
+		}
+		mu.Unlock()
+		return err
+	}
+	tick := func(w loadgen.Window) {
+		if cfg.Tick == nil {
+			return
+		}
+		// Calls arriving in second t end by t+1+deadline; report a second
+		// once they all have.
+		worst := lags.sofar()
+		mu.Lock()
+		var done []Second
+		for ; ticked < len(seconds) && time.Duration(ticked+1)*time.Second+deadline < w.End; ticked++ {
+			if ticked < len(worst) {
+				seconds[ticked].Lag = worst[ticked]
+			}
+			done = append(done, seconds[ticked])
+		}
+		mu.Unlock()
+		for _, s := range done {
+			cfg.Tick(s)
+		}
+	}
+	rep, err := loadgen.Run(ctx, loadgen.Config{
+		Phases:   []loadgen.Phase{{Name: fmt.Sprintf("%gx", cfg.Load), Duration: cfg.Duration, Rate: cfg.Rate()}},
+		Deadline: deadline,
+		Call:     call,
+		Classify: overload.Classify,
+		Seed:     cfg.Seed,
+		Tick:     tick,
+	})
+	worst := lags.stop()
+	if err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range seconds {
+		if i < len(worst) {
+			seconds[i].Lag = worst[i]
+		}
+	}
+	if cfg.Tick != nil {
+		for ; ticked < len(seconds); ticked++ {
+			cfg.Tick(seconds[ticked])
+		}
+	}
+	return &Result{Config: cfg, Report: rep, Seconds: seconds}, nil
+}
+
+// lagWatch records the worst scheduling delay of each second of a run.
+type lagWatch struct {
+	mu    sync.Mutex
+	worst []time.Duration
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func watchLag(start time.Time) *lagWatch {
+	l := &lagWatch{done: make(chan struct{})}
+	l.wg.Go(func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.done:
+				return
+			case sent := <-t.C:
+				now := time.Now()
+				s := int(sent.Sub(start) / time.Second)
+				l.mu.Lock()
+				for len(l.worst) <= s {
+					l.worst = append(l.worst, 0)
+				}
+				l.worst[s] = max(l.worst[s], now.Sub(sent))
+				l.mu.Unlock()
+			}
+		}
+	})
+	return l
+}
+
+func (l *lagWatch) sofar() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Duration(nil), l.worst...)
+}
+
+func (l *lagWatch) stop() []time.Duration {
+	close(l.done)
+	l.wg.Wait()
+	return l.sofar()
+}
+
+// A Summary is a run's totals over the seconds [from, to).
+type Summary struct {
+	Goodput float64   // good calls per second, the whole fleet
+	Ideal   float64   // Config.Ideal
+	Share   []float64 // each server's fraction of the calls
+	Good    []float64 // each server's good calls per second
+	Seconds int       // seconds summarized
+	Lagged  int       // seconds left out for their lag
+}
+
+// GoodputRatio is Goodput / Ideal.
+func (s Summary) GoodputRatio() float64 { return s.Goodput / s.Ideal }
+
+// CapacityShares is each server's fraction of the fleet's capacity.
+func (c Config) CapacityShares() []float64 {
+	out := make([]float64, len(c.Capacities))
+	for i, v := range c.Capacities {
+		out[i] = float64(v) / float64(sum(c.Capacities))
+	}
+	return out
+}
+
+// Summarize totals the seconds of r in [from, to), by arrival, leaving
+// out those whose Lag exceeds maxLag unless maxLag is 0.
+func (r *Result) Summarize(from, to int, maxLag time.Duration) Summary {
+	n := len(r.Config.Capacities)
+	s := Summary{Ideal: r.Config.Ideal(), Share: make([]float64, n), Good: make([]float64, n)}
+	sent := make([]int, n)
+	good := make([]int, n)
+	total, secs := 0, 0
+	for _, sec := range r.Seconds {
+		if sec.T < from || sec.T >= to {
+			continue
+		}
+		if maxLag > 0 && sec.Lag > maxLag {
+			s.Lagged++
+			continue
+		}
+		secs++
+		for i := range n {
+			sent[i] += sec.Sent[i]
+			good[i] += sec.Good[i]
+			total += sec.Sent[i]
+		}
+	}
+	s.Seconds = secs
+	if secs == 0 {
+		return s
+	}
+	for i := range n {
+		if total > 0 {
+			s.Share[i] = float64(sent[i]) / float64(total)
+		}
+		s.Good[i] = float64(good[i]) / float64(secs)
+		s.Goodput += s.Good[i]
+	}
+	return s
+}
+
+func sum(v []int) int {
+	t := 0
+	for _, x := range v {
+		t += x
+	}
+	return t
+}
