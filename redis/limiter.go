@@ -198,8 +198,13 @@ type Limiter struct {
 	now func() int64
 }
 
+// testSlack delays expiry, in ms, when a test's clock replaces Redis's:
+// Redis expires keys by its own clock, which a test's clock does not move.
+const testSlack = 60_000
+
 // allowScript decides one request of KEYS[1]. ARGV: the interval and the
-// window in µs, and optionally the time in µs for tests. It returns
+// window in µs; for tests only, the time in µs and a slack in ms added to
+// the expiry, as Redis expires keys by its own clock. It returns
 // {allowed, retry-after in µs, remaining}.
 var allowScript = goredis.NewScript(`
 local now
@@ -217,12 +222,13 @@ local nxt = tat + interval
 if nxt - now > window then
   return {0, nxt - window - now, 0}
 end
-redis.call('SET', KEYS[1], string.format('%.0f', nxt), 'PX', math.ceil((nxt - now) / 1000))
+redis.call('SET', KEYS[1], string.format('%.0f', nxt), 'PX', math.ceil((nxt - now) / 1000) + tonumber(ARGV[4] or 0))
 return {1, 0, math.floor((now + window - nxt) / interval)}
 `)
 
 // refundScript moves the TAT of KEYS[1] back one interval, ARGV[1] µs,
-// and forgets the key if that gives it its whole burst back.
+// and forgets the key if that gives it its whole burst back. ARGV[2] and
+// ARGV[3] are the time and slack of tests, as for allowScript.
 var refundScript = goredis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
@@ -237,7 +243,7 @@ local tat = (tonumber(v) or 0) - tonumber(ARGV[1])
 if tat <= now then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000))
+  redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + tonumber(ARGV[3] or 0))
 end
 return 1
 `)
@@ -418,7 +424,7 @@ func (l *Limiter) allowRedis(ctx context.Context, key string) (limiter.Decision,
 	defer cancel()
 	args := []any{l.interval, l.window}
 	if l.now != nil {
-		args = append(args, l.now())
+		args = append(args, l.now(), testSlack)
 	}
 	res, err := allowScript.Run(ctx, l.client, []string{l.key(key)}, args...).Int64Slice()
 	if err != nil {
@@ -479,7 +485,7 @@ func (l *Limiter) Refund(key string) {
 		defer cancel()
 		args := []any{l.interval}
 		if l.now != nil {
-			args = append(args, l.now())
+			args = append(args, l.now(), testSlack)
 		}
 		if err := refundScript.Run(ctx, l.client, []string{l.key(key)}, args...).Err(); err != nil {
 			l.noteResult(err)

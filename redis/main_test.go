@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +72,22 @@ func (s *redisServer) start() error {
 		return fmt.Errorf("redis-server on %s did not answer PING: %w", s.addr, err)
 	}
 	return nil
+}
+
+// pause stops the server's process (SIGSTOP), so that it accepts
+// connections but answers nothing, until the test ends.
+func (s *redisServer) pause(t testing.TB) {
+	t.Helper()
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGSTOP))
+	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, poll(ctx, func() bool {
+		b, err := os.ReadFile(stat)
+		// The state follows the command name in parentheses: T is stopped.
+		i := strings.LastIndexByte(string(b), ')')
+		return err == nil && i > 0 && i+2 < len(b) && b[i+2] == 'T'
+	}), "redis-server stops")
 }
 
 // stop kills the server and waits for it to exit.
