@@ -134,9 +134,9 @@ func (c *core) Reload(opts ...Option) error {
 			kept = append(kept, nt.otherGate)
 		}
 	}
-	if old.callers != nil && nt.callers != nil && old.callers.rate == nt.callers.rate &&
-		old.callers.maxCallers == nt.callers.maxCallers {
-		nt.callers.gcra = old.callers.gcra
+	if old.callers != nil && nt.callers != nil && old.callers.gcra != nil && nt.callers.gcra != nil &&
+		old.callers.rate == nt.callers.rate && old.callers.maxCallers == nt.callers.maxCallers {
+		nt.callers.gcra, nt.callers.lim = old.callers.gcra, old.callers.gcra
 	}
 	// Calls that read the old table before the Store may still resolve
 	// a new method in it: their limiters serve them alone and are not

@@ -137,6 +137,7 @@ type config struct {
 	provider       metric.MeterProvider
 	callerKey      KeyFunc
 	callerRate     RateLimit
+	callerLimiter  CallerLimiter // WithCallerLimiter's, nil for WithCallerRateLimit
 	maxCallers     int
 	shares         PriorityShares
 	priorityHeader string

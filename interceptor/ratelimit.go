@@ -90,7 +90,42 @@ func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
 			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own"))
 			return
 		}
-		c.callerKey, c.callerRate = key, r
+		c.callerKey, c.callerRate, c.callerLimiter = key, r, nil
+	}
+}
+
+// A CallerLimiter decides per-caller quotas for WithCallerLimiter. It is
+// the contract of limiter.KeyedGCRA, which satisfies it: Allow decides and
+// counts one call of key (an error means no decision could be made, and
+// the call is let through; the concurrency limit still protects), and
+// Refund gives back a call Allow admitted that a later check rejected.
+// Both are called on the path of every call, concurrently: they must be
+// safe for concurrent use and bounded in time.
+//
+// The point is to put the quota somewhere else than in this process, for
+// example in a store shared by every replica (see the redis module), so
+// that a quota holds for the whole fleet rather than per replica.
+type CallerLimiter interface {
+	Allow(key string) (limiter.Decision, error)
+	Refund(key string)
+}
+
+// WithCallerLimiter is WithCallerRateLimit with a quota decided by l
+// instead of a limiter.KeyedGCRA of this process: each caller, as named by
+// key, is admitted as l decides, and rejected calls are answered as
+// WithCallerRateLimit answers them. WithMaxCallers does not apply: l bounds
+// its own memory. Of WithCallerRateLimit and WithCallerLimiter, the last
+// given wins. A Reload keeps the state of l, which it does not own.
+func WithCallerLimiter(key KeyFunc, l CallerLimiter) Option {
+	return func(c *config) {
+		switch {
+		case key == nil:
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own"))
+		case l == nil:
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the CallerLimiter is nil; use WithCallerRateLimit for a quota of this process"))
+		default:
+			c.callerKey, c.callerRate, c.callerLimiter = key, RateLimit{}, l
+		}
 	}
 }
 
@@ -99,12 +134,21 @@ type callerLimit struct {
 	key        KeyFunc
 	rate       RateLimit
 	maxCallers int
-	gcra       *limiter.KeyedGCRA
+	gcra       *limiter.KeyedGCRA // the quota of this process, nil with WithCallerLimiter
+	lim        CallerLimiter      // decides: gcra, or WithCallerLimiter's
+	what       string             // the quota, as rejections describe it
 }
 
 func newCallerLimit(c *config) (*callerLimit, error) {
 	if c.callerKey == nil {
 		return nil, nil
+	}
+	if c.callerLimiter != nil {
+		what := "caller quota exceeded"
+		if s, ok := c.callerLimiter.(fmt.Stringer); ok {
+			what = fmt.Sprintf("caller quota %s exceeded", s)
+		}
+		return &callerLimit{key: c.callerKey, lim: c.callerLimiter, what: what}, nil
 	}
 	if !c.callerRate.enabled() {
 		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: RateLimit.PerSecond is 0, must be > 0")
@@ -117,7 +161,8 @@ func newCallerLimit(c *config) (*callerLimit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: %w", err)
 	}
-	return &callerLimit{key: c.callerKey, rate: c.callerRate, maxCallers: maxCallers, gcra: g}, nil
+	return &callerLimit{key: c.callerKey, rate: c.callerRate, maxCallers: maxCallers, gcra: g, lim: g,
+		what: fmt.Sprintf("caller rate limit %s exceeded", c.callerRate)}, nil
 }
 
 // newBucket returns the token bucket of a Limit, nil if it has no rate.
@@ -136,7 +181,7 @@ func (cl *callerLimit) take(ctx context.Context, fullMethod string) (ch charged,
 	if key == "" {
 		key = anonymous
 	}
-	d, err := cl.gcra.Allow(key)
+	d, err := cl.lim.Allow(key)
 	// An error means no decision (the clock failed): let the call through
 	// rather than fail every call; the concurrency limit still protects.
 	if err != nil {
@@ -145,7 +190,7 @@ func (cl *callerLimit) take(ctx context.Context, fullMethod string) (ch charged,
 	if !d.Allowed {
 		return charged{}, d.RetryAfter, false
 	}
-	return charged{gcra: cl.gcra, key: key}, 0, true
+	return charged{gcra: cl.lim, key: key}, 0, true
 }
 
 // charged is what checkRates took for a call: tokens to give back if a
@@ -153,7 +198,7 @@ func (cl *callerLimit) take(ctx context.Context, fullMethod string) (ch charged,
 // neither its caller's quota nor the method's rate.
 type charged struct {
 	bucket *limiter.TokenBucket
-	gcra   *limiter.KeyedGCRA
+	gcra   CallerLimiter
 	key    string
 }
 
@@ -178,8 +223,7 @@ func (c *core) checkRates(ctx context.Context, r *route) (charged, *rejection) {
 		var after time.Duration
 		var ok bool
 		if ch, after, ok = cl.take(ctx, r.full); !ok {
-			return charged{}, c.rateReject(ctx, r, reasonCallerRate, after,
-				fmt.Sprintf("caller rate limit %s exceeded", cl.rate))
+			return charged{}, c.rateReject(ctx, r, reasonCallerRate, after, cl.what)
 		}
 	}
 	if b := r.gate.bucket; b != nil {

@@ -69,14 +69,15 @@ func NewRateLimiter(r RateLimit, opts ...RateLimiterOption) (*RateLimiter, error
 
 // A RateLimitError is the error of a call a RateLimiter turned away.
 type RateLimitError struct {
-	// What was exceeded: "rate limit 100/s" or "caller rate limit 10/s".
+	// What happened: "rate limit 100/s exceeded", "caller rate limit 10/s
+	// exceeded".
 	What string
 	// RetryAfter is how long until the call would be admitted.
 	RetryAfter time.Duration
 }
 
 func (e *RateLimitError) Error() string {
-	return fmt.Sprintf("sluice: %s exceeded, retry after %v", e.What, e.RetryAfter)
+	return fmt.Sprintf("sluice: %s, retry after %v", e.What, e.RetryAfter)
 }
 
 // Limit admits or rejects one call: nil, or a *RateLimitError. The call's
@@ -88,13 +89,13 @@ func (l *RateLimiter) Limit(ctx context.Context) error {
 		var after time.Duration
 		var ok bool
 		if ch, after, ok = cl.take(ctx, method); !ok {
-			return &RateLimitError{What: "caller rate limit " + cl.rate.String(), RetryAfter: after}
+			return &RateLimitError{What: cl.what, RetryAfter: after}
 		}
 	}
 	if l.bucket != nil {
 		if d := l.bucket.Decide(); !d.Allowed {
 			ch.refund()
-			return &RateLimitError{What: "rate limit " + l.rate.String(), RetryAfter: d.RetryAfter}
+			return &RateLimitError{What: fmt.Sprintf("rate limit %s exceeded", l.rate), RetryAfter: d.RetryAfter}
 		}
 	}
 	return nil

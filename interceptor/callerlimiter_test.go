@@ -1,0 +1,130 @@
+package interceptor
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// countingLimiter is a CallerLimiter that records the refunds it gets,
+// deciding with a local KeyedGCRA.
+type countingLimiter struct {
+	*limiter.KeyedGCRA
+	mu       sync.Mutex
+	refunded []string
+}
+
+func (l *countingLimiter) Refund(key string) {
+	l.mu.Lock()
+	l.refunded = append(l.refunded, key)
+	l.mu.Unlock()
+	l.KeyedGCRA.Refund(key)
+}
+
+// TestWithCallerLimiter plugs the local KeyedGCRA in through the
+// CallerLimiter hook: callers are limited as with WithCallerRateLimit, and
+// a call a later check rejects is refunded to the CallerLimiter.
+func TestWithCallerLimiter(t *testing.T) {
+	g, err := limiter.NewKeyedGCRA(0.001, 1)
+	require.NoError(t, err)
+	l := &countingLimiter{KeyedGCRA: g}
+	e := newEnv(t, &testpb.Service{}, envConfig{
+		server: []Option{
+			WithCallerLimiter(MetadataKey("x-api-key"), l),
+			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 2}}),
+		},
+		noClient: true,
+	})
+	call := func(key string) error {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", key)
+		_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+		return err
+	}
+	tests := []struct {
+		key    string
+		want   codes.Code
+		reason string
+	}{
+		{"alice", codes.OK, ""},
+		{"alice", codes.ResourceExhausted, "caller_rate"},
+		{"bob", codes.OK, ""},
+		{"carol", codes.ResourceExhausted, "rate"}, // the method's rate is spent: carol's quota goes back
+	}
+	for i, tt := range tests {
+		err := call(tt.key)
+		require.Equal(t, tt.want, status.Code(err), "call %d (%q): %v", i, tt.key, err)
+		if tt.want == codes.OK {
+			e.awaitRelease(t, "server")
+			continue
+		}
+		e.awaitRejection(t, "server:"+tt.reason)
+		if tt.reason == "caller_rate" {
+			assert.Contains(t, status.Convert(err).Message(), "caller quota KeyedGCRA(rate=0.001/s, burst=1) exceeded")
+			assert.Greater(t, retryInfo(t, err), 900*time.Second)
+		}
+	}
+	l.mu.Lock()
+	assert.Equal(t, []string{"carol"}, l.refunded, "only the call the method's rate rejected is refunded")
+	l.mu.Unlock()
+	d, err := g.Allow("carol")
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "carol's quota was given back")
+}
+
+func TestWithCallerLimiterErrors(t *testing.T) {
+	g, err := limiter.NewKeyedGCRA(1, 1)
+	require.NoError(t, err)
+	tests := []struct {
+		name   string
+		opts   []Option
+		client bool
+		want   string
+	}{
+		{"nil key func", []Option{WithCallerLimiter(nil, g)}, false,
+			`interceptor: WithCallerLimiter: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own`},
+		{"nil limiter", []Option{WithCallerLimiter(PeerIP, nil)}, false,
+			`interceptor: WithCallerLimiter: the CallerLimiter is nil; use WithCallerRateLimit for a quota of this process`},
+		{"on a client", []Option{WithCallerLimiter(PeerIP, g)}, true,
+			`interceptor: WithCallerRateLimit is a server option: a client has one caller`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var err error
+			if tt.client {
+				_, err = NewClient(tt.opts...)
+			} else {
+				_, err = NewServer(tt.opts...)
+			}
+			assert.EqualError(t, err, tt.want)
+		})
+	}
+}
+
+// TestWithCallerLimiterLastWins: the last of WithCallerRateLimit and
+// WithCallerLimiter is the quota, and a Reload keeps a CallerLimiter as is.
+func TestWithCallerLimiterLastWins(t *testing.T) {
+	g, err := limiter.NewKeyedGCRA(1, 1)
+	require.NoError(t, err)
+	s, err := NewServer(WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 5}), WithCallerLimiter(PeerIP, g))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	assert.Same(t, g, s.tab.Load().callers.lim)
+	assert.Nil(t, s.tab.Load().callers.gcra)
+	require.NoError(t, s.Reload())
+	assert.Same(t, g, s.tab.Load().callers.lim)
+
+	require.NoError(t, s.Reload(WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 5})))
+	cl := s.tab.Load().callers
+	require.NotNil(t, cl.gcra)
+	assert.Same(t, cl.gcra, cl.lim)
+	assert.Equal(t, 5.0, cl.gcra.Rate())
+}

@@ -1,0 +1,19 @@
+// Package redis keeps per-caller quotas in Redis, so that a quota holds
+// for a whole fleet of replicas rather than for each one.
+//
+// With interceptor.WithCallerRateLimit each replica counts its callers on
+// its own: behind a load balancer that spreads a caller over N replicas,
+// a quota of 100 calls per second becomes N × 100. A Limiter counts them
+// in one Redis instead, with the algorithm of limiter.KeyedGCRA, one
+// atomic script per decision on Redis's own clock:
+//
+//	rdb := goredis.NewClient(&goredis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
+//	quota, err := redis.New(rdb, 100, 200) // 100 calls/s per caller, bursts of 200
+//	...
+//	srv, err := interceptor.NewServer(interceptor.WithCallerLimiter(interceptor.PeerIP, quota))
+//
+// Redis is on the path of every call: each decision is bounded by
+// WithTimeout, and when Redis is slow or down a failure policy decides
+// (WithFallback, the default, WithFailOpen, WithFailClosed) until Redis
+// answers again. The decisions metric counts who decided.
+package redis

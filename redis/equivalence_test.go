@@ -1,0 +1,134 @@
+package redis
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// localClock is a limiter.Clock for a local KeyedGCRA, stepped with a
+// stepClock so that both limiters see the same time.
+type localClock struct{ c *stepClock }
+
+func (l localClock) Now() (time.Time, error) { return time.UnixMicro(l.c.now()), nil }
+
+func TestClockBackwards(t *testing.T) {
+	s := startRedis(t)
+	l, clk := newStepLimiter(t, s, 1, 2)
+	require.True(t, allow(t, l, "k").Allowed)
+	require.True(t, allow(t, l, "k").Allowed)
+
+	clk.Step(-10 * time.Second)
+	assert.Equal(t, limiter.Decision{RetryAfter: 11 * time.Second}, allow(t, l, "k"),
+		"no burst back: the wait is measured on the clock, which must catch up")
+	assert.True(t, allow(t, l, "other").Allowed, "a new key has its burst whatever the clock")
+
+	clk.Step(10 * time.Second)
+	assert.Equal(t, limiter.Decision{RetryAfter: time.Second}, allow(t, l, "k"))
+	clk.Step(time.Second)
+	assert.Equal(t, limiter.Decision{Allowed: true}, allow(t, l, "k"))
+	assert.False(t, allow(t, l, "k").Allowed)
+}
+
+// TestBackwardsGrantsNothing replays one random history twice: on a
+// monotonic clock, and on the same clock with random steps back. The
+// steps back never admit a request more.
+func TestBackwardsGrantsNothing(t *testing.T) {
+	s := startRedis(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	steady, steadyClk := newStepLimiter(t, s, 10, 5, WithPrefix("steady:"))
+	shaky, shakyClk := newStepLimiter(t, s, 10, 5, WithPrefix("shaky:"))
+	shakyClk.us.Store(steadyClk.now())
+	var steadyN, shakyN int
+	for range 1000 {
+		d := time.Duration(rng.IntN(50)) * time.Millisecond
+		steadyClk.Step(d)
+		shakyClk.Step(d)
+		back := time.Duration(rng.IntN(3)) * 100 * time.Millisecond
+		shakyClk.Step(-back)
+		key := strconv.Itoa(rng.IntN(4))
+		if allow(t, steady, key).Allowed {
+			steadyN++
+		}
+		if allow(t, shaky, key).Allowed {
+			shakyN++
+		}
+		shakyClk.Step(back)
+	}
+	assert.LessOrEqual(t, shakyN, steadyN)
+	assert.Positive(t, shakyN)
+}
+
+// TestDecidesLikeKeyedGCRA replays one random history of requests and
+// refunds on a local KeyedGCRA and on Redis, on the same clock: every
+// decision is the same.
+func TestDecidesLikeKeyedGCRA(t *testing.T) {
+	s := startRedis(t)
+	for _, tt := range []struct {
+		rate  float64
+		burst int
+	}{{5, 3}, {1000, 20}, {0.5, 1}} {
+		t.Run(fmt.Sprintf("%v/s burst %d", tt.rate, tt.burst), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(3, 4))
+			r, clk := newStepLimiter(t, s, tt.rate, tt.burst)
+			local, err := limiter.NewKeyedGCRA(tt.rate, tt.burst, limiter.WithGCRAClock(localClock{clk}))
+			require.NoError(t, err)
+			step := time.Duration(float64(time.Second) / tt.rate / 2)
+			for i := range 1500 {
+				clk.Step(time.Duration(rng.Int64N(int64(step))).Truncate(time.Microsecond))
+				key := strconv.Itoa(rng.IntN(10))
+				want, err := local.Allow(key)
+				require.NoError(t, err)
+				require.Equal(t, want, allow(t, r, key), "request %d", i)
+				if want.Allowed && rng.IntN(5) == 0 {
+					local.Refund(key)
+					r.Refund(key)
+				}
+			}
+		})
+	}
+}
+
+// TestConcurrent: many callers on one key at one instant get its burst
+// exactly once: each decision is atomic in Redis.
+func TestConcurrent(t *testing.T) {
+	s := startRedis(t)
+	l, clk := newStepLimiter(t, s, 100, 50)
+	run := func() int {
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			allowed int
+		)
+		for range 8 {
+			wg.Go(func() {
+				n := 0
+				for range 50 {
+					d, err := l.Allow("shared")
+					if !assert.NoError(t, err) {
+						return
+					}
+					if d.Allowed {
+						n++
+					}
+				}
+				mu.Lock()
+				allowed += n
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return allowed
+	}
+	assert.Equal(t, 50, run(), "the burst")
+	clk.Step(100 * time.Millisecond)
+	assert.Equal(t, 10, run(), "then the rate")
+}
