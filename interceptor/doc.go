@@ -61,6 +61,16 @@
 //
 // Server.RegisterLoadReports adds the out-of-band ORCA service.
 //
+// # Rolling out, and large requests
+//
+// WithDryRun (or Limit.DryRun, or SetDryRun at run time) decides and
+// records every call as sluice would, with sluice.dry_run=true on the
+// would-be rejections, and lets every call through: watch a limit on real
+// traffic before enforcing it. WithEarlyRejection takes permits in a tap
+// handle, before grpc-go decodes a request, so that under overload a
+// rejected call with a large request costs little. RateLimiter offers the
+// rate limits alone to go-grpc-middleware's ratelimit interceptors.
+//
 // # Configuration files
 //
 // LoadConfig reads limits from a JSON file, the protobuf JSON form of
