@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -92,9 +93,10 @@ func findEarlyServer(key string) (earlyServer, bool) {
 // TestEarlyRejectionServer is the server child of the early rejection
 // benchmark, and skips unless earlyServerEnv is set. It serves the test
 // service over sluice on a FIFO backend, prints "addr HOST:PORT" on
-// stdout, answers every "stats" line on stdin with "stats CPU HANDLED"
-// (its process CPU in nanoseconds and the calls its handler has seen),
-// and returns when stdin closes.
+// stdout, answers every "stats" line on stdin with "stats CPU HANDLED
+// LIMITSUM SAMPLES LIMITMAX" (its process CPU in nanoseconds, the calls
+// its handler has seen, and its concurrency limit sampled every 100 ms
+// since the previous stats), and returns when stdin closes.
 func TestEarlyRejectionServer(t *testing.T) {
 	key := os.Getenv(earlyServerEnv)
 	if key == "" {
@@ -147,11 +149,37 @@ func TestEarlyRejectionServer(t *testing.T) {
 		wg.Wait()
 	}()
 
+	var (
+		mu                    sync.Mutex
+		limitSum, n, limitMax int
+		stopSampling          = make(chan struct{})
+	)
+	wg.Go(func() {
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-tk.C:
+				if ls := s.Limiters(); len(ls) > 0 {
+					mu.Lock()
+					limitSum, n, limitMax = limitSum+ls[0].Limit, n+1, max(limitMax, ls[0].Limit)
+					mu.Unlock()
+				}
+			}
+		}
+	})
+	defer close(stopSampling) // runs before the server's wait above
+
 	fmt.Printf("addr %s\n", lis.Addr())
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "stats" {
-			fmt.Printf("stats %d %d\n", int64(overload.ProcessCPU()), handled.Load())
+			mu.Lock()
+			fmt.Printf("stats %d %d %d %d %d\n", int64(overload.ProcessCPU()), handled.Load(), limitSum, n, limitMax)
+			limitSum, n, limitMax = 0, 0, 0
+			mu.Unlock()
 		}
 	}
 }
@@ -222,6 +250,9 @@ type earlyStats struct {
 	at      time.Time
 	cpu     time.Duration
 	handled int64
+	// The limit sampled since the previous answer: mean (NaN without
+	// samples) and max.
+	limitMean, limitMax float64
 }
 
 func (c *earlyChild) stats() (earlyStats, error) {
@@ -232,13 +263,23 @@ func (c *earlyChild) stats() (earlyStats, error) {
 	if err != nil {
 		return earlyStats{}, err
 	}
-	cpu, handled, ok := strings.Cut(l, " ")
-	ns, err1 := strconv.ParseInt(cpu, 10, 64)
-	h, err2 := strconv.ParseInt(handled, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return earlyStats{}, fmt.Errorf("the server child answered %q, want \"stats CPU HANDLED\"", l)
+	f := strings.Fields(l)
+	var v [5]int64
+	if len(f) == len(v) {
+		for i := range v {
+			if v[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+				break
+			}
+		}
 	}
-	return earlyStats{time.Now(), time.Duration(ns), h}, nil
+	if len(f) != len(v) || err != nil {
+		return earlyStats{}, fmt.Errorf("the server child answered %q, want \"stats CPU HANDLED LIMITSUM SAMPLES LIMITMAX\"", l)
+	}
+	st := earlyStats{at: time.Now(), cpu: time.Duration(v[0]), handled: v[1], limitMean: math.NaN(), limitMax: float64(v[4])}
+	if v[3] > 0 {
+		st.limitMean = float64(v[2]) / float64(v[3])
+	}
+	return st, nil
 }
 
 // stop closes the child's stdin, waits for it to exit and returns the CPU
@@ -291,6 +332,9 @@ type earlyRun struct {
 	handled   int64         // calls that reached the handler during the load
 	lifeCPU   time.Duration // the child's CPU over its whole life
 	wall      time.Duration
+	clientCPU time.Duration // this process's CPU over the load: the load generator
+	// The server's concurrency limit over the load: mean and max.
+	limitMean, limitMax float64
 }
 
 // runEarly starts server child es, measures its idle CPU for a second
@@ -351,6 +395,7 @@ func runEarly(ctx context.Context, es earlyServer, load float64, dur, skip time.
 		maxLag time.Duration
 	)
 	bg.Go(func() { maxLag = watchLag(stop) })
+	cpu0 := overload.ProcessCPU()
 	rep, err := loadgen.Run(ctx, loadgen.Config{
 		Phases:   []loadgen.Phase{{Name: "load", Duration: dur, Rate: sc.rate(sc.stages[0])}},
 		Deadline: 10 * matrixS,
@@ -367,6 +412,7 @@ func runEarly(ctx context.Context, es earlyServer, load float64, dur, skip time.
 			return r
 		},
 	})
+	clientCPU := overload.ProcessCPU() - cpu0
 	close(stop)
 	bg.Wait()
 	if err != nil {
@@ -389,6 +435,9 @@ func runEarly(ctx context.Context, es earlyServer, load float64, dur, skip time.
 		serverCPU: max(cpu, 0),
 		idle:      idle,
 		handled:   s2.handled - s1.handled,
+		clientCPU: clientCPU,
+		limitMean: s2.limitMean,
+		limitMax:  s2.limitMax,
 		lifeCPU:   life,
 		wall:      wall,
 	}, nil
@@ -409,7 +458,11 @@ type earlyMetrics struct {
 	perHandled    float64       // µs per call at the calibration load, where nothing is rejected
 	perRejected   float64       // µs per rejected call at 5×, estimated
 	idle          float64       // the server's idle CPU, in cores
-	calRejected   float64       // % of the calibration run's calls rejected
+	clientCores   float64       // the load generator's CPU over the 5× run, in cores
+	handledRate   float64       // calls per second that reached the handler at 5×
+	limitMean     float64
+	limitMax      float64
+	calRejected   float64 // % of the calibration run's calls rejected
 	offered, rejs int
 }
 
@@ -437,6 +490,9 @@ func earlyMeasure(cal, over earlyRun) earlyMetrics {
 		e.perRejected = (us(over.serverCPU) - float64(over.handled)*e.perHandled) / float64(e.rejs)
 	}
 	e.idle = over.idle
+	e.clientCores = over.clientCPU.Seconds() / over.wall.Seconds()
+	e.handledRate = float64(over.handled) / over.wall.Seconds()
+	e.limitMean, e.limitMax = over.limitMean, over.limitMax
 	e.calRejected = measure(earlyScenario(earlyCalibration), cal.run).rejected
 	return e
 }
@@ -461,9 +517,11 @@ func earlyBench(ctx context.Context, t testing.TB, reps int, dur, skip time.Dura
 			}
 			failed += cal.run.failed + over.run.failed
 			e := earlyMeasure(cal, over)
-			t.Logf("rep %d/%d | %s | goodput/ideal %.2f | p99 %.0f ms | rejected %.1f %% | server %.2f cores | "+
+			t.Logf("rep %d/%d | %s | goodput/ideal %.2f | p99 %.0f ms | rejected %.1f %% | deadline %.1f %% | "+
+				"handled %.0f/s | limit mean %.1f max %.0f | server %.2f cores | client %.2f cores | "+
 				"%.0f µs/offered | %.0f µs/handled at %g× | %.0f µs/rejected | idle %.4f cores | lag %.0f ms | child life CPU %.1f s",
-				rep+1, reps, es.key, e.m.goodRatio, e.m.p99, e.m.rejected, e.cores,
+				rep+1, reps, es.key, e.m.goodRatio, e.m.p99, e.m.rejected, e.m.deadline,
+				e.handledRate, e.limitMean, e.limitMax, e.cores, e.clientCores,
 				e.perOffered, e.perHandled, earlyCalibration, e.perRejected, e.idle, e.m.lag, over.lifeCPU.Seconds())
 			out[i] = append(out[i], e)
 		}
@@ -551,8 +609,8 @@ func writeEarlyReport(w io.Writer, res [][]earlyMetrics, reps int, dur, elapsed 
 	fmt.Fprintf(w, "%s, %d cores (GOMAXPROCS %d); %d repetition(s) of %v per server and load, each figure the median over them; "+
 		"took %.1f min; load average (1, 5, 15 min) %s before, %s after.\n\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), reps, dur, elapsed.Minutes(), orDash(load0), orDash(load1))
-	fmt.Fprintln(w, "| server | goodput / ideal | p99 | rejected | server CPU | CPU / offered call | CPU / handled call (0.8×) | CPU / rejected call | idle | lag |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| server | goodput / ideal | p99 | rejected | deadline exceeded | limit mean | server CPU | CPU / offered call | CPU / handled call (0.8×) | CPU / rejected call | client CPU | idle | lag |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var perRej []float64
 	for i, es := range earlyServers {
 		get := func(f func(earlyMetrics) float64) float64 {
@@ -565,13 +623,16 @@ func writeEarlyReport(w io.Writer, res [][]earlyMetrics, reps int, dur, elapsed 
 		good := get(func(e earlyMetrics) float64 { return e.m.goodRatio })
 		rej := get(func(e earlyMetrics) float64 { return e.perRejected })
 		perRej = append(perRej, rej)
-		fmt.Fprintf(w, "| %s | %s | %s | %.1f %% | %.2f cores | %.0f µs | %.0f µs | %.0f µs | %.4f cores | %.0f ms |\n",
+		fmt.Fprintf(w, "| %s | %s | %s | %.1f %% | %.1f %% | %s | %.2f cores | %.0f µs | %.0f µs | %.0f µs | %.2f cores | %.4f cores | %.0f ms |\n",
 			es.name, fmtRatio(good), fmtNum(get(func(e earlyMetrics) float64 { return e.m.p99 }), " ms"),
 			get(func(e earlyMetrics) float64 { return e.m.rejected }),
+			get(func(e earlyMetrics) float64 { return e.m.deadline }),
+			fmtNum(get(func(e earlyMetrics) float64 { return e.limitMean }), ""),
 			get(func(e earlyMetrics) float64 { return e.cores }),
 			get(func(e earlyMetrics) float64 { return e.perOffered }),
 			get(func(e earlyMetrics) float64 { return e.perHandled }),
 			rej,
+			get(func(e earlyMetrics) float64 { return e.clientCores }),
 			get(func(e earlyMetrics) float64 { return e.idle }),
 			get(func(e earlyMetrics) float64 { return e.m.lag }))
 	}
