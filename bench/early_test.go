@@ -94,9 +94,10 @@ func findEarlyServer(key string) (earlyServer, bool) {
 // benchmark, and skips unless earlyServerEnv is set. It serves the test
 // service over sluice on a FIFO backend, prints "addr HOST:PORT" on
 // stdout, answers every "stats" line on stdin with "stats CPU HANDLED
-// LIMITSUM SAMPLES LIMITMAX" (its process CPU in nanoseconds, the calls
-// its handler has seen, and its concurrency limit sampled every 100 ms
-// since the previous stats), and returns when stdin closes.
+// LIMITSUM SAMPLES LIMITMAX LAG" (its process CPU in nanoseconds, the
+// calls its handler has seen, its concurrency limit sampled every 100 ms
+// and the worst lateness of a 10 ms timer in nanoseconds, both since the
+// previous stats), and returns when stdin closes.
 func TestEarlyRejectionServer(t *testing.T) {
 	key := os.Getenv(earlyServerEnv)
 	if key == "" {
@@ -170,6 +171,24 @@ func TestEarlyRejectionServer(t *testing.T) {
 			}
 		}
 	})
+	var lag atomic.Int64
+	wg.Go(func() {
+		const every = 10 * time.Millisecond
+		tm := time.NewTimer(every)
+		defer tm.Stop()
+		for {
+			t0 := time.Now()
+			tm.Reset(every)
+			select {
+			case <-stopSampling:
+				return
+			case now := <-tm.C:
+				if l := int64(now.Sub(t0) - every); l > lag.Load() {
+					lag.Store(l)
+				}
+			}
+		}
+	})
 	defer close(stopSampling) // runs before the server's wait above
 
 	fmt.Printf("addr %s\n", lis.Addr())
@@ -177,7 +196,7 @@ func TestEarlyRejectionServer(t *testing.T) {
 	for in.Scan() {
 		if in.Text() == "stats" {
 			mu.Lock()
-			fmt.Printf("stats %d %d %d %d %d\n", int64(overload.ProcessCPU()), handled.Load(), limitSum, n, limitMax)
+			fmt.Printf("stats %d %d %d %d %d %d\n", int64(overload.ProcessCPU()), handled.Load(), limitSum, n, limitMax, lag.Swap(0))
 			limitSum, n, limitMax = 0, 0, 0
 			mu.Unlock()
 		}
@@ -253,6 +272,7 @@ type earlyStats struct {
 	// The limit sampled since the previous answer: mean (NaN without
 	// samples) and max.
 	limitMean, limitMax float64
+	lag                 time.Duration // the worst timer lag since the previous answer
 }
 
 func (c *earlyChild) stats() (earlyStats, error) {
@@ -264,7 +284,7 @@ func (c *earlyChild) stats() (earlyStats, error) {
 		return earlyStats{}, err
 	}
 	f := strings.Fields(l)
-	var v [5]int64
+	var v [6]int64
 	if len(f) == len(v) {
 		for i := range v {
 			if v[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
@@ -273,9 +293,10 @@ func (c *earlyChild) stats() (earlyStats, error) {
 		}
 	}
 	if len(f) != len(v) || err != nil {
-		return earlyStats{}, fmt.Errorf("the server child answered %q, want \"stats CPU HANDLED LIMITSUM SAMPLES LIMITMAX\"", l)
+		return earlyStats{}, fmt.Errorf("the server child answered %q, want \"stats CPU HANDLED LIMITSUM SAMPLES LIMITMAX LAG\"", l)
 	}
-	st := earlyStats{at: time.Now(), cpu: time.Duration(v[0]), handled: v[1], limitMean: math.NaN(), limitMax: float64(v[4])}
+	st := earlyStats{at: time.Now(), cpu: time.Duration(v[0]), handled: v[1], limitMean: math.NaN(), limitMax: float64(v[4]),
+		lag: time.Duration(v[5])}
 	if v[3] > 0 {
 		st.limitMean = float64(v[2]) / float64(v[3])
 	}
@@ -335,6 +356,7 @@ type earlyRun struct {
 	clientCPU time.Duration // this process's CPU over the load: the load generator
 	// The server's concurrency limit over the load: mean and max.
 	limitMean, limitMax float64
+	serverLag           time.Duration // the child's worst timer lag over the load
 }
 
 // runEarly starts server child es, measures its idle CPU for a second
@@ -438,6 +460,7 @@ func runEarly(ctx context.Context, es earlyServer, load float64, dur, skip time.
 		clientCPU: clientCPU,
 		limitMean: s2.limitMean,
 		limitMax:  s2.limitMax,
+		serverLag: s2.lag,
 		lifeCPU:   life,
 		wall:      wall,
 	}, nil
@@ -462,6 +485,7 @@ type earlyMetrics struct {
 	handledRate   float64       // calls per second that reached the handler at 5×
 	limitMean     float64
 	limitMax      float64
+	serverLag     float64 // ms
 	calRejected   float64 // % of the calibration run's calls rejected
 	offered, rejs int
 }
@@ -493,6 +517,7 @@ func earlyMeasure(cal, over earlyRun) earlyMetrics {
 	e.clientCores = over.clientCPU.Seconds() / over.wall.Seconds()
 	e.handledRate = float64(over.handled) / over.wall.Seconds()
 	e.limitMean, e.limitMax = over.limitMean, over.limitMax
+	e.serverLag = ms(over.serverLag)
 	e.calRejected = measure(earlyScenario(earlyCalibration), cal.run).rejected
 	return e
 }
@@ -519,10 +544,10 @@ func earlyBench(ctx context.Context, t testing.TB, reps int, dur, skip time.Dura
 			e := earlyMeasure(cal, over)
 			t.Logf("rep %d/%d | %s | goodput/ideal %.2f | p99 %.0f ms | rejected %.1f %% | deadline %.1f %% | "+
 				"handled %.0f/s | limit mean %.1f max %.0f | server %.2f cores | client %.2f cores | "+
-				"%.0f µs/offered | %.0f µs/handled at %g× | %.0f µs/rejected | idle %.4f cores | lag %.0f ms | child life CPU %.1f s",
+				"%.0f µs/offered | %.0f µs/handled at %g× | %.0f µs/rejected | idle %.4f cores | lag %.0f ms, server %.0f ms | child life CPU %.1f s",
 				rep+1, reps, es.key, e.m.goodRatio, e.m.p99, e.m.rejected, e.m.deadline,
 				e.handledRate, e.limitMean, e.limitMax, e.cores, e.clientCores,
-				e.perOffered, e.perHandled, earlyCalibration, e.perRejected, e.idle, e.m.lag, over.lifeCPU.Seconds())
+				e.perOffered, e.perHandled, earlyCalibration, e.perRejected, e.idle, e.m.lag, e.serverLag, over.lifeCPU.Seconds())
 			out[i] = append(out[i], e)
 		}
 	}
@@ -609,7 +634,7 @@ func writeEarlyReport(w io.Writer, res [][]earlyMetrics, reps int, dur, elapsed 
 	fmt.Fprintf(w, "%s, %d cores (GOMAXPROCS %d); %d repetition(s) of %v per server and load, each figure the median over them; "+
 		"took %.1f min; load average (1, 5, 15 min) %s before, %s after.\n\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), reps, dur, elapsed.Minutes(), orDash(load0), orDash(load1))
-	fmt.Fprintln(w, "| server | goodput / ideal | p99 | rejected | deadline exceeded | limit mean | server CPU | CPU / offered call | CPU / handled call (0.8×) | CPU / rejected call | client CPU | idle | lag |")
+	fmt.Fprintln(w, "| server | goodput / ideal | p99 | rejected | deadline exceeded | limit mean | server CPU | CPU / offered call | CPU / handled call (0.8×) | CPU / rejected call | client CPU | idle | lag client / server |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var perRej []float64
 	for i, es := range earlyServers {
@@ -623,7 +648,7 @@ func writeEarlyReport(w io.Writer, res [][]earlyMetrics, reps int, dur, elapsed 
 		good := get(func(e earlyMetrics) float64 { return e.m.goodRatio })
 		rej := get(func(e earlyMetrics) float64 { return e.perRejected })
 		perRej = append(perRej, rej)
-		fmt.Fprintf(w, "| %s | %s | %s | %.1f %% | %.1f %% | %s | %.2f cores | %.0f µs | %.0f µs | %.0f µs | %.2f cores | %.4f cores | %.0f ms |\n",
+		fmt.Fprintf(w, "| %s | %s | %s | %.1f %% | %.1f %% | %s | %.2f cores | %.0f µs | %.0f µs | %.0f µs | %.2f cores | %.4f cores | %.0f / %.0f ms |\n",
 			es.name, fmtRatio(good), fmtNum(get(func(e earlyMetrics) float64 { return e.m.p99 }), " ms"),
 			get(func(e earlyMetrics) float64 { return e.m.rejected }),
 			get(func(e earlyMetrics) float64 { return e.m.deadline }),
@@ -634,7 +659,8 @@ func writeEarlyReport(w io.Writer, res [][]earlyMetrics, reps int, dur, elapsed 
 			rej,
 			get(func(e earlyMetrics) float64 { return e.clientCores }),
 			get(func(e earlyMetrics) float64 { return e.idle }),
-			get(func(e earlyMetrics) float64 { return e.m.lag }))
+			get(func(e earlyMetrics) float64 { return e.m.lag }),
+			get(func(e earlyMetrics) float64 { return e.serverLag }))
 	}
 	fmt.Fprintln(w)
 	if len(perRej) == 2 && perRej[0] > 0 {
