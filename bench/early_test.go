@@ -94,10 +94,11 @@ func findEarlyServer(key string) (earlyServer, bool) {
 // benchmark, and skips unless earlyServerEnv is set. It serves the test
 // service over sluice on a FIFO backend, prints "addr HOST:PORT" on
 // stdout, answers every "stats" line on stdin with "stats CPU HANDLED
-// LIMITSUM SAMPLES LIMITMAX LAG" (its process CPU in nanoseconds, the
-// calls its handler has seen, its concurrency limit sampled every 100 ms
-// and the worst lateness of a 10 ms timer in nanoseconds, both since the
-// previous stats), and returns when stdin closes.
+// LIMITSUM SAMPLES LIMITMAX LAG READ" (its process CPU in nanoseconds,
+// the calls its handler has seen, its concurrency limit sampled every 100
+// ms and the worst lateness of a 10 ms timer in nanoseconds, both since
+// the previous stats, and the bytes it has read, -1 where unknown), and
+// returns when stdin closes.
 func TestEarlyRejectionServer(t *testing.T) {
 	key := os.Getenv(earlyServerEnv)
 	if key == "" {
@@ -196,7 +197,7 @@ func TestEarlyRejectionServer(t *testing.T) {
 	for in.Scan() {
 		if in.Text() == "stats" {
 			mu.Lock()
-			fmt.Printf("stats %d %d %d %d %d %d\n", int64(overload.ProcessCPU()), handled.Load(), limitSum, n, limitMax, lag.Swap(0))
+			fmt.Printf("stats %d %d %d %d %d %d %d\n", int64(overload.ProcessCPU()), handled.Load(), limitSum, n, limitMax, lag.Swap(0), bytesRead())
 			limitSum, n, limitMax = 0, 0, 0
 			mu.Unlock()
 		}
@@ -273,6 +274,26 @@ type earlyStats struct {
 	// samples) and max.
 	limitMean, limitMax float64
 	lag                 time.Duration // the worst timer lag since the previous answer
+	read                int64         // bytes the process has read (rchar), -1 where unknown
+}
+
+// bytesRead returns the bytes this process has read through system calls,
+// the request bodies among them, from /proc/self/io; -1 where there is no
+// such file. (Counting in a wrapped net.Conn would change how grpc-go
+// reads the connection.)
+func bytesRead() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "rchar: "); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 func (c *earlyChild) stats() (earlyStats, error) {
@@ -284,7 +305,7 @@ func (c *earlyChild) stats() (earlyStats, error) {
 		return earlyStats{}, err
 	}
 	f := strings.Fields(l)
-	var v [6]int64
+	var v [7]int64
 	if len(f) == len(v) {
 		for i := range v {
 			if v[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
@@ -293,10 +314,10 @@ func (c *earlyChild) stats() (earlyStats, error) {
 		}
 	}
 	if len(f) != len(v) || err != nil {
-		return earlyStats{}, fmt.Errorf("the server child answered %q, want \"stats CPU HANDLED LIMITSUM SAMPLES LIMITMAX LAG\"", l)
+		return earlyStats{}, fmt.Errorf("the server child answered %q, want \"stats CPU HANDLED LIMITSUM SAMPLES LIMITMAX LAG READ\"", l)
 	}
 	st := earlyStats{at: time.Now(), cpu: time.Duration(v[0]), handled: v[1], limitMean: math.NaN(), limitMax: float64(v[4]),
-		lag: time.Duration(v[5])}
+		lag: time.Duration(v[5]), read: v[6]}
 	if v[3] > 0 {
 		st.limitMean = float64(v[2]) / float64(v[3])
 	}
@@ -357,6 +378,14 @@ type earlyRun struct {
 	// The server's concurrency limit over the load: mean and max.
 	limitMean, limitMax float64
 	serverLag           time.Duration // the child's worst timer lag over the load
+	read                int64         // bytes the child read over the load; -1 if unknown
+}
+
+func readDelta(a, b int64) int64 {
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return b - a
 }
 
 // runEarly starts server child es, measures its idle CPU for a second
@@ -461,6 +490,7 @@ func runEarly(ctx context.Context, es earlyServer, load float64, dur, skip time.
 		limitMean: s2.limitMean,
 		limitMax:  s2.limitMax,
 		serverLag: s2.lag,
+		read:      readDelta(s1.read, s2.read),
 		lifeCPU:   life,
 		wall:      wall,
 	}, nil
@@ -486,6 +516,7 @@ type earlyMetrics struct {
 	limitMean     float64
 	limitMax      float64
 	serverLag     float64 // ms
+	readPerCall   float64 // KiB the server read per offered call at 5×; NaN if unknown
 	calRejected   float64 // % of the calibration run's calls rejected
 	offered, rejs int
 }
@@ -518,6 +549,10 @@ func earlyMeasure(cal, over earlyRun) earlyMetrics {
 	e.handledRate = float64(over.handled) / over.wall.Seconds()
 	e.limitMean, e.limitMax = over.limitMean, over.limitMax
 	e.serverLag = ms(over.serverLag)
+	e.readPerCall = math.NaN()
+	if over.read >= 0 && e.offered > 0 {
+		e.readPerCall = float64(over.read) / 1024 / float64(e.offered)
+	}
 	e.calRejected = measure(earlyScenario(earlyCalibration), cal.run).rejected
 	return e
 }
@@ -544,10 +579,10 @@ func earlyBench(ctx context.Context, t testing.TB, reps int, dur, skip time.Dura
 			e := earlyMeasure(cal, over)
 			t.Logf("rep %d/%d | %s | goodput/ideal %.2f | p99 %.0f ms | rejected %.1f %% | deadline %.1f %% | "+
 				"handled %.0f/s | limit mean %.1f max %.0f | server %.2f cores | client %.2f cores | "+
-				"%.0f µs/offered | %.0f µs/handled at %g× | %.0f µs/rejected | idle %.4f cores | lag %.0f ms, server %.0f ms | child life CPU %.1f s",
+				"%.0f µs/offered | %.0f µs/handled at %g× | %.0f µs/rejected | read %.1f KiB/offered | idle %.4f cores | lag %.0f ms, server %.0f ms | child life CPU %.1f s",
 				rep+1, reps, es.key, e.m.goodRatio, e.m.p99, e.m.rejected, e.m.deadline,
 				e.handledRate, e.limitMean, e.limitMax, e.cores, e.clientCores,
-				e.perOffered, e.perHandled, earlyCalibration, e.perRejected, e.idle, e.m.lag, e.serverLag, over.lifeCPU.Seconds())
+				e.perOffered, e.perHandled, earlyCalibration, e.perRejected, e.readPerCall, e.idle, e.m.lag, e.serverLag, over.lifeCPU.Seconds())
 			out[i] = append(out[i], e)
 		}
 	}
@@ -634,8 +669,8 @@ func writeEarlyReport(w io.Writer, res [][]earlyMetrics, reps int, dur, elapsed 
 	fmt.Fprintf(w, "%s, %d cores (GOMAXPROCS %d); %d repetition(s) of %v per server and load, each figure the median over them; "+
 		"took %.1f min; load average (1, 5, 15 min) %s before, %s after.\n\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), reps, dur, elapsed.Minutes(), orDash(load0), orDash(load1))
-	fmt.Fprintln(w, "| server | goodput / ideal | p99 | rejected | deadline exceeded | limit mean | server CPU | CPU / offered call | CPU / handled call (0.8×) | CPU / rejected call | client CPU | idle | lag client / server |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| server | goodput / ideal | p99 | rejected | deadline exceeded | limit mean | server CPU | CPU / offered call | CPU / handled call (0.8×) | CPU / rejected call | read / offered call | client CPU | idle | lag client / server |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var perRej []float64
 	for i, es := range earlyServers {
 		get := func(f func(earlyMetrics) float64) float64 {
@@ -648,7 +683,7 @@ func writeEarlyReport(w io.Writer, res [][]earlyMetrics, reps int, dur, elapsed 
 		good := get(func(e earlyMetrics) float64 { return e.m.goodRatio })
 		rej := get(func(e earlyMetrics) float64 { return e.perRejected })
 		perRej = append(perRej, rej)
-		fmt.Fprintf(w, "| %s | %s | %s | %.1f %% | %.1f %% | %s | %.2f cores | %.0f µs | %.0f µs | %.0f µs | %.2f cores | %.4f cores | %.0f / %.0f ms |\n",
+		fmt.Fprintf(w, "| %s | %s | %s | %.1f %% | %.1f %% | %s | %.2f cores | %.0f µs | %.0f µs | %.0f µs | %s | %.2f cores | %.4f cores | %.0f / %.0f ms |\n",
 			es.name, fmtRatio(good), fmtNum(get(func(e earlyMetrics) float64 { return e.m.p99 }), " ms"),
 			get(func(e earlyMetrics) float64 { return e.m.rejected }),
 			get(func(e earlyMetrics) float64 { return e.m.deadline }),
@@ -657,6 +692,7 @@ func writeEarlyReport(w io.Writer, res [][]earlyMetrics, reps int, dur, elapsed 
 			get(func(e earlyMetrics) float64 { return e.perOffered }),
 			get(func(e earlyMetrics) float64 { return e.perHandled }),
 			rej,
+			fmtNum(get(func(e earlyMetrics) float64 { return e.readPerCall }), " KiB"),
 			get(func(e earlyMetrics) float64 { return e.clientCores }),
 			get(func(e earlyMetrics) float64 { return e.idle }),
 			get(func(e earlyMetrics) float64 { return e.m.lag }),
