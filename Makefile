@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload bench bench-overload lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
+.PHONY: all test overload bench bench-overload bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
 
 all: ci
 
@@ -68,6 +68,26 @@ bench-overload:
 		{ cat $(BENCH_OUT)/overload-matrix.txt; exit 1; }; \
 	cat $(BENCH_OUT)/overload-matrix.md; \
 	echo "== make bench-overload took $$(( $$(date +%s) - start )) s"
+
+## bench-early: rejection before decoding. 64 KiB requests at 5x overload
+## (FIFO, C = 16, S = 20 ms) against NewServer() and
+## NewServer(WithEarlyRejection()), each server in a child process so that
+## its CPU is measured alone: server CPU per offered and per rejected call,
+## goodput, p99, rejected share. Medians of EARLY_REPS runs of EARLY_DUR;
+## table in bench-out/early.md, log in bench-out/early.txt, and a CPU
+## profile of each server at 5x in bench-out/early-<server>.pprof (read
+## with go tool pprof -top). About 4 minutes on 2 cores.
+EARLY_REPS ?= 5
+EARLY_DUR  ?= 8s
+bench-early:
+	@set -e; mkdir -p $(BENCH_OUT); start=$$(date +%s); \
+	echo "== early rejection: $(EARLY_REPS) repetition(s) of $(EARLY_DUR) > bench-out/early.txt"; \
+	(cd bench && $(GO) test -count=1 -run '^TestEarlyRejection$$' -v -timeout 30m -early \
+		-early.reps $(EARLY_REPS) -early.dur $(EARLY_DUR) -early.out $(BENCH_OUT)/early.md \
+		-early.profile $(BENCH_OUT) . > $(BENCH_OUT)/early.txt 2>&1) || \
+		{ cat $(BENCH_OUT)/early.txt; exit 1; }; \
+	cat $(BENCH_OUT)/early.md; \
+	echo "== make bench-early took $$(( $$(date +%s) - start )) s"
 
 ## fuzz: every fuzz target of the root module for FUZZTIME each; the seed
 ## corpora in each package's testdata/fuzz run with plain `go test` too.
