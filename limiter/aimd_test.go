@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -462,4 +463,17 @@ func TestUntimedDrops(t *testing.T) {
 			assert.Less(t, a.Update(call(UntimedRTT, 20, Dropped)), 20, "an untimed drop is overload")
 		})
 	}
+}
+
+// TestWindowSubMicrosecond is the round trip of calls shorter than a
+// microsecond (the limiter used on its own around in-memory work): its
+// variability is a number, so round trips keep their size.
+func TestWindowSubMicrosecond(t *testing.T) {
+	var w window
+	for i := range 10 {
+		w.add(Sample{RTT: 100 + time.Duration(i), Inflight: 1, Outcome: Success, At: t0.Add(time.Duration(i) * time.Microsecond)}, 10)
+	}
+	cv := w.close(t0.Add(time.Millisecond)).cv()
+	assert.False(t, math.IsNaN(cv))
+	assert.Equal(t, DefaultWindowMinSamples, samplesNeeded(cv))
 }

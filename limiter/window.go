@@ -117,9 +117,13 @@ func (r trip) cv() float64 {
 		return -1
 	}
 	n := float64(ok)
-	mean := float64(r.sumRTT/time.Microsecond) / n
+	mean := float64(r.sumRTT) / float64(time.Microsecond) / n
 	variance := max(float64(r.sumSq)/n-mean*mean, 0)
-	return math.Sqrt(variance) / mean
+	cv := math.Sqrt(variance) / mean
+	if math.IsNaN(cv) || math.IsInf(cv, 0) {
+		return -1
+	}
+	return cv
 }
 
 // sample returns the round trip as one sample:
