@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sluice-go/sluice/internal/overload"
 )
 
 // run runs both passes of the demo and writes its files to o.Out.
@@ -64,34 +65,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintln(out)
 	res.writeText(out)
 
-	files := []struct {
-		name  string
-		write func(io.Writer) error
-	}{
-		{"report.md", res.writeMarkdown},
-		{"seconds.csv", res.writeCSV},
-		{"chart.png", res.writeChart},
-	}
 	fmt.Fprintln(out)
-	for _, f := range files {
-		path := filepath.Join(o.Out, f.name)
-		if err := writeFile(path, f.write); err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-		fmt.Fprintf(out, "wrote %s\n", path)
-	}
-	return nil
-}
-
-// writeFile creates path and fills it with write.
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return overload.WriteOutputs(out, o.Out,
+		overload.Output{Name: "report.md", Write: res.writeMarkdown},
+		overload.Output{Name: "seconds.csv", Write: res.writeCSV},
+		overload.Output{Name: "chart.png", Write: res.writeChart})
 }

@@ -47,12 +47,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/internal/fleet"
+	"github.com/sluice-go/sluice/internal/overload"
 	"github.com/sluice-go/sluice/limiter"
 )
 
@@ -194,29 +194,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	rep := report{o: o, passes: passes, date: time.Now(), load: load}
 	fmt.Fprintln(out)
 	rep.writeSummary(out)
-	for _, f := range []struct {
-		name  string
-		write func(io.Writer) error
-	}{{"fleet.md", rep.writeMarkdown}, {"fleet.png", rep.writeChart}} {
-		path := filepath.Join(o.Out, f.name)
-		if err := writeFile(path, f.write); err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-		fmt.Fprintf(out, "wrote %s\n", path)
-	}
-	return nil
-}
-
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return overload.WriteOutputs(out, o.Out,
+		overload.Output{Name: "fleet.md", Write: rep.writeMarkdown},
+		overload.Output{Name: "fleet.png", Write: rep.writeChart})
 }
 
 // loadAverage is the machine's 1-minute load average, or "?": a run on a

@@ -7,6 +7,10 @@ package overload
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -56,4 +60,35 @@ func Connect(ctx context.Context, conn *grpc.ClientConn) error {
 		}
 	}
 	return nil
+}
+
+// An Output is one file a run writes: its name and what fills it.
+type Output struct {
+	Name  string
+	Write func(io.Writer) error
+}
+
+// WriteOutputs creates each output in dir and says so on log.
+func WriteOutputs(log io.Writer, dir string, outputs ...Output) error {
+	for _, o := range outputs {
+		path := filepath.Join(dir, o.Name)
+		if err := writeFile(path, o.Write); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		fmt.Fprintf(log, "wrote %s\n", path)
+	}
+	return nil
+}
+
+// writeFile creates path and fills it with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
