@@ -161,23 +161,32 @@ func (c *core) admit(ctx context.Context, r *route) (limiter.Token, *rejection) 
 	if r.gate.dryRun.Load() {
 		return c.admitDry(ctx, r), nil
 	}
+	tok, _, rej := c.take(ctx, r, r.gate.queue)
+	return tok, rej
+}
+
+// take checks a call's rates, then takes its permit, waiting in the queue
+// if wait is set. It returns what the rates charged, so that a caller that
+// gives the permit back unused can refund them too.
+func (c *core) take(ctx context.Context, r *route, wait bool) (limiter.Token, charged, *rejection) {
 	var ch charged
 	if r.gate.bucket != nil || r.t.callers != nil {
 		var rej *rejection
 		if ch, rej = c.checkRates(ctx, r); rej != nil {
-			return limiter.Token{}, rej
+			return limiter.Token{}, charged{}, rej
 		}
 	}
-	tok, rej := c.acquire(ctx, r)
+	tok, rej := c.acquire(ctx, r, wait)
 	if rej != nil {
 		// Turned away after all: the call spends no rate.
 		ch.refund()
+		return limiter.Token{}, charged{}, rej
 	}
-	return tok, rej
+	return tok, ch, nil
 }
 
 // acquire is admit's concurrency check.
-func (c *core) acquire(ctx context.Context, r *route) (limiter.Token, *rejection) {
+func (c *core) acquire(ctx context.Context, r *route, wait bool) (limiter.Token, *rejection) {
 	g := r.gate
 	tok, ok, shed := c.tryAcquire(ctx, r)
 	switch {
@@ -185,7 +194,7 @@ func (c *core) acquire(ctx context.Context, r *route) (limiter.Token, *rejection
 		return tok, nil
 	case shed:
 		return limiter.Token{}, c.reject(ctx, r, reasonPriority)
-	case !g.queue:
+	case !wait:
 		return limiter.Token{}, c.reject(ctx, r, reasonLimit)
 	}
 	start := time.Now()

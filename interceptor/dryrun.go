@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/sluice-go/sluice/limiter"
 )
 
@@ -15,26 +17,12 @@ import (
 // and goes on without a permit, so it neither counts in flight nor feeds
 // the algorithm, exactly as a rejected call would not have.
 func (c *core) admitDry(ctx context.Context, r *route) limiter.Token {
-	var ch charged
-	if r.gate.bucket != nil || r.t.callers != nil {
-		var rej *rejection
-		if ch, rej = c.checkRates(ctx, r); rej != nil {
-			c.logDry(ctx, r, rej.err.Error())
-			return limiter.Token{}
-		}
+	tok, _, rej := c.take(ctx, r, false)
+	if rej != nil {
+		// Recorded as a rejection, marked as the dry run's by rejectedFor.
+		c.logDry(ctx, r, status.Convert(rej.err).Message())
 	}
-	tok, ok, shed := c.tryAcquire(ctx, r)
-	if ok {
-		return tok
-	}
-	ch.refund()
-	reason := reasonLimit
-	if shed {
-		reason = reasonPriority
-	}
-	c.rejectedFor(ctx, r, reason)
-	c.logDry(ctx, r, fmt.Sprintf("concurrency limit %d reached (%s)", r.gate.lim.Limit(), reason))
-	return limiter.Token{}
+	return tok
 }
 
 // dryLogEvery is the shortest interval between two log lines of one

@@ -53,21 +53,9 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 		return ctx, nil
 	}
 	arrived := time.Now()
-	var ch charged
-	if r.gate.bucket != nil || r.t.callers != nil {
-		var rej *rejection
-		if ch, rej = s.checkRates(ctx, r); rej != nil {
-			return ctx, rej.err
-		}
-	}
-	tok, ok, shed := s.tryAcquire(ctx, r)
-	if !ok {
-		ch.refund()
-		reason := reasonLimit
-		if shed {
-			reason = reasonPriority
-		}
-		return ctx, s.reject(ctx, r, reason).err
+	tok, ch, rej := s.take(ctx, r, false)
+	if rej != nil {
+		return ctx, rej.err
 	}
 	p := &earlyPermit{r: r, tok: tok, ch: ch, arrived: arrived}
 	ctx = context.WithValue(ctx, earlyKey{}, p)
