@@ -98,6 +98,8 @@ const (
 	// windowSigmas is how many standard errors of a round trip's mean
 	// must fit inside the tolerance: 3 keeps false alarms near 0.1%.
 	windowSigmas = 3
+	// minTripSamples is the fewest samples a round trip needs to close.
+	minTripSamples = 10
 	// maxWindowSamples caps the samples a round trip needs when the RTT
 	// is very noisy.
 	maxWindowSamples = 256
@@ -139,44 +141,22 @@ func (c AIMDConfig) Validate() error {
 }
 
 // AIMD is a loss-based Algorithm: additive increase, multiplicative
-// decrease, the scheme of TCP Reno. Its rule, applied to a sample, is:
+// decrease, the scheme of TCP Reno, applied once per round trip (unless
+// PerCall) so that it never acts twice on the same congestion:
 //
-//   - on a drop, or a success whose RTT exceeds the timeout, the limit is
-//     multiplied by BackoffRatio, but not below MinLimit;
-//   - on a success while the limiter is loaded (in-flight × 2 ≥ limit) the
-//     limit grows by 1, up to MaxLimit; an idle limiter does not grow, so
-//     the limit stays meaningful after a quiet period;
-//   - Ignored samples change nothing.
+//   - a round trip that is late, or whose calls were all dropped,
+//     multiplies the limit by BackoffRatio (not below MinLimit);
+//   - one with some drops backs off in proportion to their share and
+//     still grows by one, so a trickle of refusals that are not overload
+//     (per-caller quotas) costs little;
+//   - a loaded round trip grows the limit by one, by an eighth when it
+//     filled the limit and met no queue; an idle limiter does not grow.
 //
-// The limit is kept as a float; Limit reports its integer part.
-//
-// Unless PerCall is set, the rule is applied once per round trip (see
-// Windowed), to its calls taken together, so that it never acts twice on
-// the same congestion. A late round trip, or one whose calls were all
-// dropped, backs off by BackoffRatio; a round trip with some drops backs
-// off in proportion to their share and still grows by one (DCTCP's rule),
-// so a steady trickle of refusals that are not overload costs little.
-// Slow start grows by one per loaded success until the first late call or
-// drop. A round trip that filled the limit without a queue grows it by an
-// eighth, so a doubled capacity is found in a few round trips. Untimed
-// samples (Token.ReleaseUntimed) apply the rule call by call: a drop backs
-// off and ends slow start; a loaded success adds 1/limit.
-//
-// With Timeout zero (the default), a round trip is late when its mean RTT
-// exceeds 1.3 × a baseline, the RTT without a queue: the minimum of a
-// moving average of round trips' mean RTTs. Queueing makes round trips
-// slower, so it cannot raise the baseline. When no round trip has come
-// within 10 % of the baseline for 5 s while the limit is full (sustained
-// load), a probe lowers the limit to two thirds for a round trip and
-// measures the calls it admits (BBR's ProbeRTT). The first probe comes
-// 0.5 s after the first round trips and lowers the limit to a quarter, to
-// drain the queue of a limiter that started under overload. A probe lower
-// than the baseline beyond its noise replaces it; one higher replaces it
-// only within 10 %, or when the limit is collapsing (five late round trips
-// in a row: the downstream itself slowed). The noisier the RTT, the more calls
-// a round trip needs: enough for three standard errors of its mean to stay
-// inside the 30 % tolerance, from 10 up to 256. docs/design.md gives the
-// reasoning and the measurements.
+// With Timeout zero (the default) a round trip is late when its mean RTT
+// exceeds 1.3 × the baseline, the minimum of a moving average of round
+// trips' means, refreshed by brief probes at a lower limit while the limit
+// is full. Untimed samples (Token.ReleaseUntimed) apply the rule call by
+// call. docs/design.md gives the model, the reasoning and the measurements.
 type AIMD struct {
 	cfg AIMDConfig
 
@@ -264,7 +244,7 @@ func NewAIMD(c AIMDConfig) (*AIMD, error) {
 		slowStart: !c.PerCall,
 		cv:        -1,
 	}
-	a.need.Store(DefaultWindowMinSamples)
+	a.need.Store(minTripSamples)
 	a.publishLocked()
 	return a, nil
 }
@@ -275,9 +255,6 @@ func (a *AIMD) publishLocked() {
 	a.current.Store(int64(a.limitLocked()))
 	a.careful.Store(a.cfg.PerCall || a.slowStart || a.base.probing || a.base.collecting)
 }
-
-// Config returns the configuration of a, with defaults filled in.
-func (a *AIMD) Config() AIMDConfig { return a.cfg }
 
 // Limit implements Algorithm.
 func (a *AIMD) Limit() int { return int(a.current.Load()) }
@@ -307,10 +284,10 @@ func (a *AIMD) adaptive() bool { return a.cfg.Timeout == 0 }
 // windowSigmas standard errors within the tolerance.
 func samplesNeeded(cv float64) int {
 	if cv < 0 {
-		return DefaultWindowMinSamples
+		return minTripSamples
 	}
 	n := math.Ceil(math.Pow(windowSigmas*cv/(adaptiveTolerance-1), 2))
-	return int(min(max(n, DefaultWindowMinSamples), maxWindowSamples))
+	return int(min(max(n, minTripSamples), maxWindowSamples))
 }
 
 // observeCVLocked folds a closing round trip's RTT variability into the

@@ -125,7 +125,7 @@ func TestAIMDDefaults(t *testing.T) {
 		MinLimit:     DefaultAIMDMinLimit,
 		MaxLimit:     DefaultAIMDMaxLimit,
 		BackoffRatio: DefaultAIMDBackoffRatio,
-	}, a.Config())
+	}, a.cfg)
 	assert.Equal(t, 20, a.Limit())
 
 	// Defaults bend around explicit bounds instead of contradicting them.
@@ -135,7 +135,7 @@ func TestAIMDDefaults(t *testing.T) {
 	a, err = NewAIMD(AIMDConfig{MinLimit: 2000})
 	require.NoError(t, err)
 	assert.Equal(t, 2000, a.Limit())
-	assert.Equal(t, 2000, a.Config().MaxLimit)
+	assert.Equal(t, 2000, a.cfg.MaxLimit)
 }
 
 // roundTrip returns n calls that all started at start and returned at
@@ -224,7 +224,7 @@ func TestAIMDAdaptive(t *testing.T) {
 	require.NoError(t, err)
 	at := t0
 	trip := func(rtt time.Duration, inflight int) int {
-		n := feed(a, roundTrip(at, rtt, DefaultWindowMinSamples, inflight, Success))
+		n := feed(a, roundTrip(at, rtt, minTripSamples, inflight, Success))
 		at = at.Add(rtt)
 		return n
 	}
@@ -280,7 +280,7 @@ func TestAIMDProbe(t *testing.T) {
 			require.NoError(t, err)
 			at := t0
 			trip := func(rtt time.Duration, inflight int) {
-				feed(a, roundTrip(at, rtt, DefaultWindowMinSamples, inflight, Success))
+				feed(a, roundTrip(at, rtt, minTripSamples, inflight, Success))
 				at = at.Add(rtt)
 			}
 			// probe runs the loaded round trips until a probe starts and
@@ -296,7 +296,7 @@ func TestAIMDProbe(t *testing.T) {
 				// Once a round trip's worth of calls admitted under the
 				// probe limit is back, the limit is restored, and the
 				// probe collects its slower calls for 4 baselines.
-				feed(a, roundTrip(at, rtt, DefaultWindowMinSamples, a.Limit(), Success))
+				feed(a, roundTrip(at, rtt, minTripSamples, a.Limit(), Success))
 				assert.False(t, a.base.probing)
 				assert.GreaterOrEqual(t, a.Limit(), steady, "limit restored")
 				feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Ignored, At: at.Add(60 * ms)}})
@@ -342,7 +342,7 @@ func TestAIMDExplicitTimeoutNeverProbes(t *testing.T) {
 	require.NoError(t, err)
 	at := t0
 	for range 1000 {
-		feed(a, roundTrip(at, 10*time.Millisecond, DefaultWindowMinSamples, 30, Success))
+		feed(a, roundTrip(at, 10*time.Millisecond, minTripSamples, 30, Success))
 		at = at.Add(10 * time.Millisecond)
 	}
 	assert.False(t, a.base.probing)
@@ -475,5 +475,5 @@ func TestWindowSubMicrosecond(t *testing.T) {
 	}
 	cv := w.close(t0.Add(time.Millisecond)).cv()
 	assert.False(t, math.IsNaN(cv))
-	assert.Equal(t, DefaultWindowMinSamples, samplesNeeded(cv))
+	assert.Equal(t, minTripSamples, samplesNeeded(cv))
 }

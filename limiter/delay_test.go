@@ -112,7 +112,7 @@ func TestGradient2LongRTT(t *testing.T) {
 	for _, rtt := range []time.Duration{10 * ms, 20 * ms, 30 * ms} {
 		g.Update(call(rtt, 1, Success))
 	}
-	assert.Equal(t, 20*ms, g.LongRTT(), "plain mean while warming up")
+	assert.Equal(t, 20*ms, g.longRTTAverage(), "plain mean while warming up")
 
 	// After a long overload the long-term rtt sits far above a recovered
 	// short-term one; it decays by 0.9 per sample, not by the slow EWMA.
@@ -123,7 +123,7 @@ func TestGradient2LongRTT(t *testing.T) {
 	}
 	g.Update(call(10*ms, 1, Success))
 	// EWMA: 100 + (10 − 100) × 2/601, then × 0.9
-	assert.InDelta(t, float64(0.9*(100-90*2.0/601)*float64(ms)), float64(g.LongRTT()), float64(time.Microsecond))
+	assert.InDelta(t, float64(0.9*(100-90*2.0/601)*float64(ms)), float64(g.longRTTAverage()), float64(time.Microsecond))
 }
 
 func TestDelayConfigErrors(t *testing.T) {
@@ -148,42 +148,31 @@ func TestDelayConfigErrors(t *testing.T) {
 	}
 }
 
-func TestWindowed(t *testing.T) {
+func TestWindowCloses(t *testing.T) {
 	ms := time.Millisecond
-	rec := &recorder{limit: 10}
-	w, err := NewWindowed(rec, WindowConfig{MinSamples: 3})
-	require.NoError(t, err)
+	var w window
+	var got []Sample
+	add := func(s Sample) {
+		if w.add(s, 3) {
+			got = append(got, w.close(s.At).sample())
+		}
+	}
 
 	open := t0
-	w.Update(Sample{RTT: 10 * ms, Inflight: 4, Outcome: Success, At: open.Add(10 * ms)})
-	w.Update(Sample{RTT: 30 * ms, Inflight: 7, Outcome: Ignored, At: open.Add(12 * ms)})
-	w.Update(Sample{RTT: 20 * ms, Inflight: 6, Outcome: Success, At: open.Add(15 * ms)})
-	assert.Empty(t, rec.got, "two counted samples are not enough")
-	w.Update(Sample{RTT: 50 * ms, Inflight: 9, Outcome: Dropped, At: open.Add(20 * ms)})
-	require.Len(t, rec.got, 1)
-	assert.Equal(t, Sample{RTT: 15 * ms, Inflight: 9, Outcome: Dropped, At: open.Add(20 * ms)}, rec.got[0])
+	add(Sample{RTT: 10 * ms, Inflight: 4, Outcome: Success, At: open.Add(10 * ms)})
+	add(Sample{RTT: 20 * ms, Inflight: 6, Outcome: Success, At: open.Add(15 * ms)})
+	assert.Empty(t, got, "two samples are not enough")
+	add(Sample{RTT: 50 * ms, Inflight: 9, Outcome: Dropped, At: open.Add(20 * ms)})
+	require.Len(t, got, 1)
+	assert.Equal(t, Sample{RTT: 15 * ms, Inflight: 9, Outcome: Dropped, At: open.Add(20 * ms)}, got[0])
 
 	// The next window opened at 20 ms; a call that started before then
 	// cannot close it however many samples come in.
 	for range 5 {
-		w.Update(Sample{RTT: 30 * ms, Inflight: 2, Outcome: Success, At: open.Add(40 * ms)})
+		add(Sample{RTT: 30 * ms, Inflight: 2, Outcome: Success, At: open.Add(40 * ms)})
 	}
-	assert.Len(t, rec.got, 1)
-	w.Update(Sample{RTT: 5 * ms, Inflight: 2, Outcome: Success, At: open.Add(41 * ms)})
-	require.Len(t, rec.got, 2)
-	assert.Equal(t, Success, rec.got[1].Outcome)
-
-	_, err = NewWindowed(nil, WindowConfig{})
-	assert.ErrorContains(t, err, "limiter: Windowed algorithm is <nil>, must be non-nil")
-	_, err = NewWindowed(rec, WindowConfig{MinSamples: -2})
-	assert.ErrorContains(t, err, "WindowConfig.MinSamples is -2")
+	assert.Len(t, got, 1)
+	add(Sample{RTT: 5 * ms, Inflight: 2, Outcome: Success, At: open.Add(41 * ms)})
+	require.Len(t, got, 2)
+	assert.Equal(t, Success, got[1].Outcome)
 }
-
-// recorder is an Algorithm that remembers its samples.
-type recorder struct {
-	limit int
-	got   []Sample
-}
-
-func (r *recorder) Update(s Sample) int { r.got = append(r.got, s); return r.limit }
-func (r *recorder) Limit() int          { return r.limit }

@@ -11,10 +11,6 @@ import (
 // at once.
 var ErrLimitExceeded = errors.New("limiter: concurrency limit exceeded")
 
-// MaxLimit is the largest concurrency limit a Limiter accepts. It keeps
-// the permit counters inside their 32-bit halves of one atomic word.
-const MaxLimit = 1 << 20
-
 // A ConfigError reports one invalid configuration value: which field, the
 // value given, and what is allowed.
 type ConfigError struct {

@@ -73,7 +73,7 @@ func FuzzLimiterOps(f *testing.F) {
 			case 6:
 				release(arg, Outcome(arg%3), false)
 			case 7:
-				if l.Pinned() {
+				if l.isPinned() {
 					l.Unpin()
 				} else if err := l.Pin(arg % 3); err != nil {
 					t.Fatal(err)

@@ -102,9 +102,6 @@ func NewGradient2(c Gradient2Config) (*Gradient2, error) {
 	return &Gradient2{cfg: c, limit: float64(c.InitialLimit)}, nil
 }
 
-// Config returns the configuration of g, with defaults filled in.
-func (g *Gradient2) Config() Gradient2Config { return g.cfg }
-
 // Limit implements Algorithm.
 func (g *Gradient2) Limit() int {
 	g.mu.Lock()
@@ -112,8 +109,8 @@ func (g *Gradient2) Limit() int {
 	return int(g.limit)
 }
 
-// LongRTT returns the long-term RTT average.
-func (g *Gradient2) LongRTT() time.Duration {
+// longRTTAverage returns the long-term RTT average, for tests.
+func (g *Gradient2) longRTTAverage() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return time.Duration(g.longRTT * float64(time.Second))

@@ -8,6 +8,10 @@ import (
 	"time"
 )
 
+// MaxLimit is the largest concurrency limit a Limiter accepts. It keeps
+// the permit counters inside their 32-bit halves of one atomic word.
+const MaxLimit = 1 << 20
+
 // A Limiter admits at most Limit() calls at a time. The limit is set by an
 // Algorithm from the outcomes and round-trip times of finished calls, and
 // callers that find every permit taken may wait for one in a bounded queue.
@@ -58,11 +62,10 @@ func New(opts ...Option) (*Limiter, error) {
 		c.alg = aimd
 	}
 	l := &Limiter{
-		alg:      c.alg,
-		queue:    queueBound{q: c.queue},
-		lifo:     c.lifo,
-		onChange: c.onChange,
-		epoch:    time.Now(),
+		alg:   c.alg,
+		queue: queueBound{q: c.queue},
+		lifo:  c.lifo,
+		epoch: time.Now(),
 	}
 	n := clampLimit(c.alg.Limit())
 	l.limit.Store(int64(n))
@@ -311,8 +314,8 @@ func (l *Limiter) Unpin() {
 	l.follow()
 }
 
-// Pinned reports whether the limit is held by Pin.
-func (l *Limiter) Pinned() bool {
+// isPinned reports whether the limit is held by Pin.
+func (l *Limiter) isPinned() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.pinned

@@ -133,20 +133,19 @@ func TestDebt(t *testing.T) {
 func TestPin(t *testing.T) {
 	alg := &scripted{limit: 4}
 	var changes [][2]int
-	l, err := New(WithAlgorithm(alg), WithLimitObserver(func(old, new int) {
-		changes = append(changes, [2]int{old, new})
-	}))
+	l, err := New(WithAlgorithm(alg))
 	require.NoError(t, err)
+	l.onChange = func(old, new int) { changes = append(changes, [2]int{old, new}) }
 
 	require.NoError(t, l.Pin(9))
-	assert.True(t, l.Pinned())
+	assert.True(t, l.isPinned())
 	alg.limit = 6
 	tok, _ := l.TryAcquire()
 	tok.Release(Success)
 	assert.Equal(t, 9, l.Limit(), "pinned: the algorithm's 6 is not applied")
 
 	l.Unpin()
-	assert.False(t, l.Pinned())
+	assert.False(t, l.isPinned())
 	assert.Equal(t, 6, l.Limit())
 	assert.Equal(t, [][2]int{{4, 9}, {9, 6}}, changes)
 

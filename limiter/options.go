@@ -4,10 +4,9 @@ package limiter
 type Option func(*config)
 
 type config struct {
-	alg      Algorithm
-	queue    Queue
-	lifo     bool
-	onChange func(old, new int)
+	alg   Algorithm
+	queue Queue
+	lifo  bool
 }
 
 // WithAlgorithm sets the algorithm that adapts the limit. The default is an
@@ -28,12 +27,4 @@ func WithQueue(q Queue) Option {
 // permits, at the price of fairness; FIFO, the default, is fair.
 func WithLIFO() Option {
 	return func(c *config) { c.lifo = true }
-}
-
-// WithLimitObserver registers f to be called with the old and new limit
-// every time the limit changes. f runs while the Limiter holds its internal
-// lock, in the order the changes happen: it must be fast and must not call
-// back into the Limiter.
-func WithLimitObserver(f func(old, new int)) Option {
-	return func(c *config) { c.onChange = f }
 }

@@ -115,9 +115,6 @@ func NewVegas(c VegasConfig) (*Vegas, error) {
 
 func (v *Vegas) nextJitter() float64 { return 0.5 + v.rng.Float64()/2 }
 
-// Config returns the configuration of v, with defaults filled in.
-func (v *Vegas) Config() VegasConfig { return v.cfg }
-
 // Limit implements Algorithm.
 func (v *Vegas) Limit() int {
 	v.mu.Lock()

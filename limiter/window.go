@@ -8,8 +8,7 @@ import (
 
 // window aggregates samples over one round trip. It opens at a point in
 // time and is complete once a call that started after that point has
-// returned and at least minSamples samples are in. Used by AIMD and by
-// Windowed.
+// returned and at least minSamples samples are in.
 //
 // add is lock-free, so that releases on many cores do not serialize on
 // it; close must not run concurrently with another close. A sample added
