@@ -17,13 +17,13 @@ import (
 // usually given a whole IPv6 /64: keyed by full address, one host would
 // be 2^64 callers.
 const (
-	DefaultIPv4Prefix = 32
-	DefaultIPv6Prefix = 64
+	defaultIPv4Prefix = 32
+	defaultIPv6Prefix = 64
 )
 
-// DefaultForwardedHeader is the header IPKey reads when it trusts proxies
+// defaultForwardedHeader is the header IPKey reads when it trusts proxies
 // and no other is named.
-const DefaultForwardedHeader = "x-forwarded-for"
+const defaultForwardedHeader = "x-forwarded-for"
 
 // An IPKey names callers by IP address, for WithCallerRateLimit: by the
 // address of the connection, or behind proxies you run, by the address the
@@ -40,7 +40,7 @@ const DefaultForwardedHeader = "x-forwarded-for"
 type IPKey struct {
 	// IPv4Prefix and IPv6Prefix are how many leading bits of an address
 	// name a caller: addresses that share them share a quota. 0 means
-	// DefaultIPv4Prefix and DefaultIPv6Prefix; otherwise they must be in
+	// /32 and /64; otherwise they must be in
 	// [1, 32] and [1, 128]. An IPv4-mapped IPv6 address (::ffff:a.b.c.d)
 	// counts as IPv4.
 	IPv4Prefix, IPv6Prefix int
@@ -51,7 +51,7 @@ type IPKey struct {
 	TrustedProxies []netip.Prefix
 	// Header is the metadata key the trusted proxies append the address
 	// they saw to, comma-separated; all its values are read, in order.
-	// Empty means DefaultForwardedHeader. It requires TrustedProxies.
+	// Empty means "x-forwarded-for". It requires TrustedProxies.
 	Header string
 }
 
@@ -69,10 +69,10 @@ func (k IPKey) KeyFunc() (KeyFunc, error) {
 func (k IPKey) check() error {
 	var errs []string
 	if k.IPv4Prefix < 0 || k.IPv4Prefix > 32 {
-		errs = append(errs, fmt.Sprintf("IPv4Prefix is %d, must be in [1, 32] (0 for %d)", k.IPv4Prefix, DefaultIPv4Prefix))
+		errs = append(errs, fmt.Sprintf("IPv4Prefix is %d, must be in [1, 32] (0 for %d)", k.IPv4Prefix, defaultIPv4Prefix))
 	}
 	if k.IPv6Prefix < 0 || k.IPv6Prefix > 128 {
-		errs = append(errs, fmt.Sprintf("IPv6Prefix is %d, must be in [1, 128] (0 for %d)", k.IPv6Prefix, DefaultIPv6Prefix))
+		errs = append(errs, fmt.Sprintf("IPv6Prefix is %d, must be in [1, 128] (0 for %d)", k.IPv6Prefix, defaultIPv6Prefix))
 	}
 	for i, p := range k.TrustedProxies {
 		if !p.IsValid() {
@@ -90,13 +90,13 @@ func (k IPKey) check() error {
 
 func (k IPKey) withDefaults() IPKey {
 	if k.IPv4Prefix == 0 {
-		k.IPv4Prefix = DefaultIPv4Prefix
+		k.IPv4Prefix = defaultIPv4Prefix
 	}
 	if k.IPv6Prefix == 0 {
-		k.IPv6Prefix = DefaultIPv6Prefix
+		k.IPv6Prefix = defaultIPv6Prefix
 	}
 	if k.Header == "" && len(k.TrustedProxies) > 0 {
-		k.Header = DefaultForwardedHeader
+		k.Header = defaultForwardedHeader
 	}
 	trusted := make([]netip.Prefix, len(k.TrustedProxies)) // not the caller's slice
 	for i, p := range k.TrustedProxies {

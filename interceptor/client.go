@@ -164,13 +164,13 @@ func (c *Client) end(ctx context.Context, r *route, tok *limiter.Token, res Resu
 }
 
 // pushbackOf reads the server's pushback from a trailer. Only a single
-// well-formed value counts (see ParsePushback).
+// well-formed value counts (see parsePushback).
 func pushbackOf(md metadata.MD) (time.Duration, bool) {
-	v := md.Get(PushbackKey)
+	v := md.Get(pushbackKey)
 	if len(v) != 1 {
 		return 0, false
 	}
-	return ParsePushback(v[0])
+	return parsePushback(v[0])
 }
 
 // streamCall follows one client stream to its end.

@@ -313,12 +313,12 @@ func TestPushbackOf(t *testing.T) {
 		ok   bool
 	}{
 		{"absent", metadata.MD{}, 0, false},
-		{"one value", metadata.Pairs(PushbackKey, "40"), 40 * time.Millisecond, true},
-		{"two values", metadata.Pairs(PushbackKey, "40", PushbackKey, "50"), 0, false},
-		{"negative: do not retry", metadata.Pairs(PushbackKey, "-40"), DoNotRetry, true},
-		{"over int32", metadata.Pairs(PushbackKey, "2147483648"), 0, false},
-		{"huge", metadata.Pairs(PushbackKey, "99999999999999999999"), 0, false},
-		{"garbage", metadata.Pairs(PushbackKey, "soon"), 0, false},
+		{"one value", metadata.Pairs(pushbackKey, "40"), 40 * time.Millisecond, true},
+		{"two values", metadata.Pairs(pushbackKey, "40", pushbackKey, "50"), 0, false},
+		{"negative: do not retry", metadata.Pairs(pushbackKey, "-40"), DoNotRetry, true},
+		{"over int32", metadata.Pairs(pushbackKey, "2147483648"), 0, false},
+		{"huge", metadata.Pairs(pushbackKey, "99999999999999999999"), 0, false},
+		{"garbage", metadata.Pairs(pushbackKey, "soon"), 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

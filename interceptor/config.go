@@ -705,10 +705,10 @@ func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit)
 	case *sluicev1.CallerLimit_Ip:
 		p := path + ".ip"
 		if n := k.Ip.GetIpv4Prefix(); n < 0 || n > 32 {
-			ps.add(p+".ipv4_prefix", "%d is not in [1, 32] (0 for %d)", n, DefaultIPv4Prefix)
+			ps.add(p+".ipv4_prefix", "%d is not in [1, 32] (0 for %d)", n, defaultIPv4Prefix)
 		}
 		if n := k.Ip.GetIpv6Prefix(); n < 0 || n > 128 {
-			ps.add(p+".ipv6_prefix", "%d is not in [1, 128] (0 for %d)", n, DefaultIPv6Prefix)
+			ps.add(p+".ipv6_prefix", "%d is not in [1, 128] (0 for %d)", n, defaultIPv6Prefix)
 		}
 		for i, s := range k.Ip.GetTrustedProxies() {
 			if _, err := netip.ParsePrefix(s); err != nil {

@@ -63,7 +63,7 @@ func FuzzParsePushback(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		d, ok := ParsePushback(v)
+		d, ok := parsePushback(v)
 		if !ok {
 			if d != 0 {
 				t.Fatalf("%q: refused but returned %v", v, d)
@@ -73,7 +73,7 @@ func FuzzParsePushback(f *testing.F) {
 		if (d < 0 && d != DoNotRetry) || d > math.MaxInt32*time.Millisecond || (d >= 0 && d%time.Millisecond != 0) {
 			t.Fatalf("%q: accepted as %v", v, d)
 		}
-		if again, ok := ParsePushback(formatPushback(d)); !ok || again != d {
+		if again, ok := parsePushback(formatPushback(d)); !ok || again != d {
 			t.Fatalf("%q: %v does not round-trip (%v, %v)", v, d, again, ok)
 		}
 	})
@@ -185,7 +185,7 @@ func FuzzClientPushback(f *testing.F) {
 		invoker := func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
 			for _, o := range opts {
 				if tr, ok := o.(grpc.TrailerCallOption); ok {
-					*tr.TrailerAddr = metadata.Pairs(PushbackKey, v)
+					*tr.TrailerAddr = metadata.Pairs(pushbackKey, v)
 				}
 			}
 			return status.Error(codes.ResourceExhausted, "busy")

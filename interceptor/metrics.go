@@ -20,30 +20,30 @@ import (
 const (
 	meterName = "github.com/sluice-go/sluice/interceptor"
 
-	// AttrSide is "server" or "client".
-	AttrSide = attribute.Key("sluice.side")
-	// AttrLimiter names the limiter: "pkg.Svc/Method" for a per-method
+	// attrSide is "server" or "client".
+	attrSide = attribute.Key("sluice.side")
+	// attrLimiter names the limiter: "pkg.Svc/Method" for a per-method
 	// limiter, "pkg.Svc/" for a service's, "_OTHER" for the one shared by
 	// methods the Server has not registered or the Client's generated
 	// stubs did not call.
-	AttrLimiter = attribute.Key("sluice.limiter")
-	// AttrDecision is "admitted" or "rejected".
-	AttrDecision = attribute.Key("sluice.decision")
-	// AttrOutcome is the limiter.Outcome of an admitted call: "success",
+	attrLimiter = attribute.Key("sluice.limiter")
+	// attrDecision is "admitted" or "rejected".
+	attrDecision = attribute.Key("sluice.decision")
+	// attrOutcome is the limiter.Outcome of an admitted call: "success",
 	// "dropped" or "ignored".
-	AttrOutcome = attribute.Key("sluice.outcome")
-	// AttrReason says why a call was rejected: "limit" (no permit, queue
+	attrOutcome = attribute.Key("sluice.outcome")
+	// attrReason says why a call was rejected: "limit" (no permit, queue
 	// full), "deadline" or "canceled" (the call's context ended while it
 	// waited in the queue), "rate" (over the Limit's RateLimit) or
 	// "caller_rate" (over WithCallerRateLimit), "priority" (over the
 	// share of the limit the call's priority may use).
-	AttrReason = attribute.Key("sluice.reason")
-	// AttrDryRun is true on the rejections of a limiter in a dry run
+	attrReason = attribute.Key("sluice.reason")
+	// attrDryRun is true on the rejections of a limiter in a dry run
 	// (Limit.DryRun): decisions recorded but not enforced.
-	AttrDryRun = attribute.Key("sluice.dry_run")
+	attrDryRun = attribute.Key("sluice.dry_run")
 )
 
-// Rejection reasons, the values of AttrReason.
+// Rejection reasons, the values of attrReason.
 const (
 	reasonLimit      = "limit"
 	reasonDeadline   = "deadline"
@@ -91,7 +91,7 @@ func newMetrics(p metric.MeterProvider, side string) (*metrics, error) {
 	if p == nil {
 		p = otel.GetMeterProvider()
 	}
-	m := &metrics{side: AttrSide.String(side)}
+	m := &metrics{side: attrSide.String(side)}
 	meter := p.Meter(meterName)
 	var err, e error
 	m.requests, e = meter.Int64Counter("sluice.requests", metric.WithUnit("{request}"),
@@ -137,7 +137,7 @@ func newMetrics(p metric.MeterProvider, side string) (*metrics, error) {
 // limiter of the same name is no longer observed: the newest is the live
 // one, and two series under one name would be merged into nonsense.
 func (m *metrics) addGate(g *gate) {
-	set := attribute.NewSet(semconv.RPCSystemNameGRPC, m.side, AttrLimiter.String(g.name))
+	set := attribute.NewSet(semconv.RPCSystemNameGRPC, m.side, attrLimiter.String(g.name))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.gates = slices.DeleteFunc(m.gates, func(ga gateAttrs) bool { return ga.g.name == g.name })
@@ -164,17 +164,17 @@ func (m *metrics) setGates(gs []*gate) {
 
 // newAttrs precomputes every attribute set a route records with.
 func (m *metrics) newAttrs(method string, g *gate) *attrs {
-	base := []attribute.KeyValue{semconv.RPCSystemNameGRPC, semconv.RPCMethod(method), m.side, AttrLimiter.String(g.name)}
+	base := []attribute.KeyValue{semconv.RPCSystemNameGRPC, semconv.RPCMethod(method), m.side, attrLimiter.String(g.name)}
 	with := func(kv ...attribute.KeyValue) attribute.Set {
 		return attribute.NewSet(append(append([]attribute.KeyValue(nil), base...), kv...)...)
 	}
 	a := &attrs{rejected: map[string][]metric.AddOption{}, dryRejected: map[string][]metric.AddOption{}}
 	for _, o := range []limiter.Outcome{limiter.Success, limiter.Dropped, limiter.Ignored} {
-		a.admitted[o] = []metric.AddOption{metric.WithAttributeSet(with(AttrDecision.String("admitted"), AttrOutcome.String(o.String())))}
+		a.admitted[o] = []metric.AddOption{metric.WithAttributeSet(with(attrDecision.String("admitted"), attrOutcome.String(o.String())))}
 	}
 	for _, r := range reasons {
-		a.rejected[r] = []metric.AddOption{metric.WithAttributeSet(with(AttrDecision.String("rejected"), AttrReason.String(r)))}
-		a.dryRejected[r] = []metric.AddOption{metric.WithAttributeSet(with(AttrDecision.String("rejected"), AttrReason.String(r), AttrDryRun.Bool(true)))}
+		a.rejected[r] = []metric.AddOption{metric.WithAttributeSet(with(attrDecision.String("rejected"), attrReason.String(r)))}
+		a.dryRejected[r] = []metric.AddOption{metric.WithAttributeSet(with(attrDecision.String("rejected"), attrReason.String(r), attrDryRun.Bool(true)))}
 	}
 	a.record = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(base...))}
 	return a

@@ -171,7 +171,7 @@ func newConfig(layers ...[]Option) config {
 	c := config{
 		classifier: DefaultClassifier,
 		pushback:   DefaultPushback,
-		maxHold:    DefaultMaxPushback,
+		maxHold:    defaultMaxPushback,
 		shares:     DefaultPriorityShares,
 		maxClaim:   PriorityCritical,
 	}
@@ -240,7 +240,7 @@ func WithPushback(f PushbackFunc) Option {
 
 // WithMaxPushback bounds how long a Client honours a server's pushback (see
 // Client). Longer pushbacks are cut to d, and a "do not retry" pushback
-// holds for d; 0 turns honouring off. The default is DefaultMaxPushback.
+// holds for d; 0 turns honouring off. The default is 2s.
 func WithMaxPushback(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {

@@ -75,7 +75,7 @@ func TestUnknownMethodsAreOther(t *testing.T) {
 	const unary = "sluice.test.v1.TestService/Unary"
 	for side, r := range map[string]*sdkmetric.ManualReader{"server": sreader, "client": creader} {
 		assert.Equal(t, []string{otherMethod, unary}, requestAttr(t, r, semconv.RPCMethodKey), "%s rpc.method", side)
-		assert.Equal(t, []string{otherMethod, unary}, requestAttr(t, r, AttrLimiter), "%s sluice.limiter", side)
+		assert.Equal(t, []string{otherMethod, unary}, requestAttr(t, r, attrLimiter), "%s sluice.limiter", side)
 	}
 	assert.Equal(t, []string{otherMethod, unary}, limiterNames(e.srv.core))
 	assert.Equal(t, []string{otherMethod, unary}, limiterNames(e.cli.core))

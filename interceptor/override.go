@@ -10,9 +10,9 @@ import (
 // Limiters does not list.
 var ErrUnknownLimiter = errors.New("interceptor: no limiter of that name")
 
-// MaxOverride is the longest override SetOverride accepts: an override is
+// maxOverride is the longest override SetOverride accepts: an override is
 // for an incident, not a configuration.
-const MaxOverride = 24 * time.Hour
+const maxOverride = 24 * time.Hour
 
 // override is a limit pinned by an operator until a time.
 type override struct {
@@ -26,8 +26,8 @@ type override struct {
 // limit 0 rejects every call. Use it during an incident, typically from
 // the admin service (package admin).
 func (c *core) SetOverride(name string, limit int, ttl time.Duration) error {
-	if ttl <= 0 || ttl > MaxOverride {
-		return fmt.Errorf("interceptor: override ttl is %v, must be in (0, %v]", ttl, MaxOverride)
+	if ttl <= 0 || ttl > maxOverride {
+		return fmt.Errorf("interceptor: override ttl is %v, must be in (0, %v]", ttl, maxOverride)
 	}
 	g := c.gateNamed(name)
 	if g == nil {

@@ -57,7 +57,7 @@ func TestParsePushback(t *testing.T) {
 		{"", 0, false},
 	}
 	for _, tt := range tests {
-		d, ok := ParsePushback(tt.v)
+		d, ok := parsePushback(tt.v)
 		assert.Equal(t, tt.ok, ok, "%q", tt.v)
 		assert.Equal(t, tt.want, d, "%q", tt.v)
 	}
@@ -94,7 +94,7 @@ func TestServerPushbackTrailer(t *testing.T) {
 			var trailer metadata.MD
 			_, err = e.client.Unary(t.Context(), &testpb.UnaryRequest{}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.ResourceExhausted, status.Code(err))
-			assert.Equal(t, tt.want, trailer.Get(PushbackKey))
+			assert.Equal(t, tt.want, trailer.Get(pushbackKey))
 
 			close(b.release)
 			_, _ = first.Recv()

@@ -29,7 +29,7 @@ func gaugeNames(t *testing.T, r *sdkmetric.ManualReader) []string {
 	require.True(t, ok)
 	var names []string
 	for _, dp := range g.DataPoints {
-		v, _ := dp.Attributes.Value(AttrLimiter)
+		v, _ := dp.Attributes.Value(attrLimiter)
 		names = append(names, v.AsString())
 	}
 	sort.Strings(names)

@@ -108,7 +108,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		if rej.pushback != NoPushback {
 			// The call fails either way; a trailer that cannot be set
 			// (the transport is gone) changes nothing for the caller.
-			_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, formatPushback(rej.pushback)))
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(pushbackKey, formatPushback(rej.pushback)))
 		}
 		return nil, rej.err
 	}
@@ -141,7 +141,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	tok, arrived, rej := s.admitServer(ctx, r)
 	if rej != nil {
 		if rej.pushback != NoPushback {
-			ss.SetTrailer(metadata.Pairs(PushbackKey, formatPushback(rej.pushback)))
+			ss.SetTrailer(metadata.Pairs(pushbackKey, formatPushback(rej.pushback)))
 		}
 		return rej.err
 	}

@@ -48,7 +48,7 @@ func TestServerRejectsOverLimit(t *testing.T) {
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Equal(t, "sluice: server rejected /sluice.test.v1.TestService/Unary: concurrency limit 2 reached (2 in flight, 0 queued)",
 		status.Convert(err).Message())
-	assert.Equal(t, []string{"250"}, trailer.Get(PushbackKey))
+	assert.Equal(t, []string{"250"}, trailer.Get(pushbackKey))
 
 	close(b.release)
 	wg.Wait()
@@ -197,7 +197,7 @@ func TestServerStreamHoldsPermit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = second.Recv()
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Empty(t, second.Trailer().Get(PushbackKey), "NoPushback sends no trailer")
+	assert.Empty(t, second.Trailer().Get(pushbackKey), "NoPushback sends no trailer")
 
 	close(b.release)
 	_, err = first.Recv()
@@ -450,9 +450,9 @@ func TestDefaultPushback(t *testing.T) {
 		rtt, want time.Duration
 	}{
 		{0, 100 * time.Millisecond},
-		{time.Microsecond, MinPushback},
+		{time.Microsecond, minPushback},
 		{20 * time.Millisecond, 20 * time.Millisecond},
-		{time.Minute, MaxPushback},
+		{time.Minute, maxPushback},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, DefaultPushback(LimiterState{RTT: tt.rtt}), "rtt %v", tt.rtt)
