@@ -751,36 +751,14 @@ func cfgCheckHeader(ps *cfgProblems, path, h string) {
 	}
 }
 
-// cfgCheckName checks one {service, method} and returns its full name,
-// "/package.Service/Method" or "/package.Service/".
+// cfgCheckName checks one {service, method} with checkName and returns
+// its full name, "/package.Service/Method" or "/package.Service/".
 func cfgCheckName(ps *cfgProblems, path string, n *sluicev1.MethodConfig_Name) (string, bool) {
-	service, method := n.GetService(), n.GetMethod()
-	ok := true
-	bad := func(format string, args ...any) {
-		ps.add(path, format, args...)
-		ok = false
+	if f := checkName(n.GetService(), n.GetMethod()); f.kind != nameOK {
+		ps.add(path, "%s", f.fileMessage())
+		return "", false
 	}
-	switch {
-	case service == "":
-		bad("service is empty")
-	case strings.Contains(service, "/"):
-		bad("service %q contains '/': want a full service name, \"package.Service\"", service)
-	case cfgHasSpace(service):
-		bad("service %q contains spaces or control characters", service)
-	case strings.HasPrefix(service, ".") || strings.HasSuffix(service, ".") || strings.Contains(service, ".."):
-		bad("service %q has an empty name part", service)
-	}
-	switch {
-	case strings.Contains(method, "/"):
-		bad("method %q contains '/': want a method name, or nothing for the whole service", method)
-	case cfgHasSpace(method):
-		bad("method %q contains spaces or control characters", method)
-	}
-	return "/" + service + "/" + method, ok
-}
-
-func cfgHasSpace(s string) bool {
-	return strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f })
+	return "/" + n.GetService() + "/" + n.GetMethod(), true
 }
 
 func cfgCheckLimit(ps *cfgProblems, path string, l *sluicev1.Limit) {
