@@ -8,11 +8,11 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/limiter"
@@ -20,9 +20,14 @@ import (
 )
 
 // LoadConfig reads a configuration file, the protobuf JSON form of
-// sluicev1.Config, and returns the options it describes. Unknown fields
-// are rejected, and so is every out-of-range value: the error is a
-// *ConfigError naming the file and listing every problem.
+// sluicev1.Config, and returns the options it describes. A file can set
+// the default Limit and the Limit of named methods and services (an
+// algorithm, a queue, a rate limit, a priority, exempt, dry run), a
+// per-caller quota, the priority header and a global dry run; everything
+// else is set in code. testdata/config/example.json sets every field.
+// Unknown fields are rejected, and so is every out-of-range value, by the
+// same checks NewServer applies to options (see ConfigOptions): the error
+// is a *ConfigError naming the file and listing every problem.
 //
 //	opts, err := interceptor.LoadConfig("sluice.json")
 //	...
@@ -73,7 +78,9 @@ func readConfigFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// ParseConfig is LoadConfig for a configuration already in memory.
+// ParseConfig is LoadConfig for a configuration already in memory, the
+// protobuf JSON form of sluicev1.Config (see
+// testdata/config/example.json).
 func ParseConfig(data []byte) ([]Option, error) {
 	return cfgParse(data, "")
 }
@@ -96,176 +103,101 @@ func cfgParse(data []byte, file string) ([]Option, error) {
 
 // ConfigOptions validates c and returns the options it describes: a
 // WithDefault option if c sets a default, then one WithMethod option per
-// name of each entry, in order. A nil c describes no options. The error,
-// if any, is a *ConfigError listing every problem.
+// name of each entry, in order, then the caller limit, the priority
+// header and the dry run if c sets them. A nil c describes no options.
+// The error, if any, is a *ConfigError listing every problem, each named
+// by its path in c ("methods[2].limit.aimd.backoff_ratio").
+//
+// The values of each algorithm and queue are checked by package limiter,
+// exactly as NewServer checks a Limit built in code; a value left 0 takes
+// the limiter's default. See testdata/config/example.json for a file that
+// sets every field, and docs/design.md for the reasoning behind the
+// ranges and the layering of a file over options.
 func ConfigOptions(c *sluicev1.Config) ([]Option, error) {
-	fc, err := FromConfig(c)
-	if err != nil {
+	var ps cfgProblems
+	var opts []Option
+	if c.GetDefault() != nil {
+		opts = append(opts, WithDefault(cfgLimit(&ps, "default", c.GetDefault())))
+	}
+	type where struct{ entry, name int }
+	seen := map[string]where{} // full name -> where it was first configured
+	for i, m := range c.GetMethods() {
+		path := fmt.Sprintf("methods[%d]", i)
+		if len(m.GetName()) == 0 {
+			ps.add(path+".name", "is empty: name at least one service, or a service and a method")
+		}
+		var names []string
+		for j, n := range m.GetName() {
+			np := fmt.Sprintf("%s.name[%d]", path, j)
+			if fault := checkName(n.GetService(), n.GetMethod()); fault.kind != nameOK {
+				ps.add(np, "%s", fault.fileMessage())
+				continue
+			}
+			full := "/" + n.GetService() + "/" + n.GetMethod()
+			prev, dup := seen[full]
+			switch {
+			case !dup:
+				seen[full] = where{i, j}
+				names = append(names, full)
+			case prev.entry == i:
+				ps.add(np, "%q is already configured by %s.name[%d]", full, path, prev.name)
+			default:
+				ps.add(np, "%q is already configured by methods[%d]", full, prev.entry)
+			}
+		}
+		l := cfgLimit(&ps, path+".limit", m.GetLimit())
+		for _, name := range names {
+			opts = append(opts, WithMethod(name, l))
+		}
+	}
+	if cl := c.GetCallerLimit(); cl != nil {
+		n := len(ps.list)
+		cfgCheckCallerLimit(&ps, "caller_limit", cl)
+		if len(ps.list) == n {
+			r := cl.GetRateLimit()
+			opts = append(opts, WithCallerRateLimit(cfgKeyFunc(cl), RateLimit{PerSecond: r.GetPerSecond(), Burst: int(r.GetBurst())}))
+			if n := cl.GetMaxCallers(); n != 0 {
+				opts = append(opts, WithMaxCallers(int(n)))
+			}
+		}
+	}
+	if h := c.GetPriorityHeader(); h != "" {
+		cfgCheckHeader(&ps, "priority_header", h)
+		opts = append(opts, WithPriorityHeader(h))
+	}
+	if c.GetDryRun() {
+		opts = append(opts, WithDryRun())
+	}
+	if err := ps.err(); err != nil {
 		return nil, err
 	}
-	opts := fc.options()
 	for i, o := range opts {
 		opts[i] = fileOption(o)
 	}
 	return opts, nil
 }
 
-// A FileConfig is a configuration file in Go form, for programs that
-// build or inspect one: FromConfig and ToConfig convert it from and to
-// sluicev1.Config, and its Options method turns it into options.
-type FileConfig struct {
-	// Default is the Limit of every method no entry of Methods matches;
-	// nil leaves the default alone (see WithDefault).
-	Default *LimitConfig
-	// Methods configure methods and services (see WithMethod).
-	Methods []MethodConfig
-	// CallerLimit, if not nil, is a per-caller quota (see
-	// WithCallerRateLimit); nil leaves it as built.
-	CallerLimit *CallerLimitConfig
-	// PriorityHeader, if not empty, is the metadata key a call may name
-	// its priority in (see WithPriorityHeader); empty leaves it as built.
-	PriorityHeader string
-	// DryRun puts every limit in a dry run (see WithDryRun).
-	DryRun bool
-}
-
-// A CallerLimitConfig is a per-caller quota described by configuration
-// rather than code. Exactly one of IP, PeerIdentity and Metadata names
-// the callers.
-type CallerLimitConfig struct {
-	// Rate is each caller's quota; PerSecond is required.
-	Rate RateLimit
-	// IP names callers by address (see IPKey).
-	IP *IPKey
-	// PeerIdentity names callers by their verified client certificate
-	// (see PeerIdentity).
-	PeerIdentity bool
-	// Metadata, if not empty, names callers by the first value of this
-	// header (see MetadataKey): only for a header the server checks.
-	Metadata string
-	// MaxCallers, if not 0, bounds the callers tracked (see
-	// WithMaxCallers).
-	MaxCallers int
-}
-
-// A MethodConfig applies one limit to the methods and services it names.
-type MethodConfig struct {
-	// Names are "/package.Service/Method" or "/package.Service/", as for
-	// WithMethod. Each name gets a limiter of its own built from Limit.
-	Names []string
-	// Limit is the names' limit.
-	Limit LimitConfig
-}
-
-// A LimitConfig is a Limit described by configuration rather than code.
-// The zero LimitConfig is the zero Limit: AIMD with its defaults, no
-// queue.
-type LimitConfig struct {
-	// At most one algorithm may be set; none means AIMD with its defaults.
-	AIMD      *limiter.AIMDConfig
-	Vegas     *limiter.VegasConfig
-	Gradient2 *limiter.Gradient2Config
-	// Fixed, if not 0, is a fixed limit (see Fixed).
-	Fixed int
-	// Queue lets calls wait for a permit (see Limit.Queue).
-	Queue QueueConfig
-	// Rate is the limit's rate limit (see Limit.Rate).
-	Rate RateLimit
-	// Priority ranks the limit's calls (see Limit.Priority).
-	Priority Priority
-	// Exempt lets calls through without a limiter; no other field may be
-	// set with it.
-	Exempt bool
-	// DryRun records the limit's decisions without enforcing them (see
-	// Limit.DryRun).
-	DryRun bool
-}
-
-// A QueueConfig describes a limiter.Queue. Set at most one of Size and
-// Target; with neither, calls do not wait (limiter.NoQueue).
-type QueueConfig struct {
-	// Size, if not 0, is the bound of a limiter.FixedQueue.
-	Size int
-	// Target, if not 0, is the target of a limiter.LittleQueue.
-	Target time.Duration
-	// LIFO serves waiting calls newest first (see Limit.LIFO).
-	LIFO bool
-}
-
-// Options validates c and returns the options it describes, as
-// ConfigOptions does for its protobuf form.
-func (c FileConfig) Options() ([]Option, error) {
-	pb, err := ToConfig(c)
-	if err != nil {
-		return nil, err
-	}
-	return ConfigOptions(pb)
-}
-
-func (c FileConfig) options() []Option {
-	var opts []Option
-	if c.Default != nil {
-		opts = append(opts, WithDefault(c.Default.limit()))
-	}
-	for _, m := range c.Methods {
-		l := m.Limit.limit()
-		for _, name := range m.Names {
-			opts = append(opts, WithMethod(name, l))
+// cfgKeyFunc returns the KeyFunc of a valid caller limit.
+func cfgKeyFunc(cl *sluicev1.CallerLimit) KeyFunc {
+	switch k := cl.GetKey().(type) {
+	case *sluicev1.CallerLimit_Ip:
+		ip := IPKey{
+			IPv4Prefix: int(k.Ip.GetIpv4Prefix()),
+			IPv6Prefix: int(k.Ip.GetIpv6Prefix()),
+			Header:     k.Ip.GetHeader(),
 		}
-	}
-	if cl := c.CallerLimit; cl != nil {
-		opts = append(opts, WithCallerRateLimit(cl.keyFunc(), cl.Rate))
-		if cl.MaxCallers != 0 {
-			opts = append(opts, WithMaxCallers(cl.MaxCallers))
+		for _, p := range k.Ip.GetTrustedProxies() {
+			ip.TrustedProxies = append(ip.TrustedProxies, netip.MustParsePrefix(p)) // checked
 		}
-	}
-	if c.PriorityHeader != "" {
-		opts = append(opts, WithPriorityHeader(c.PriorityHeader))
-	}
-	if c.DryRun {
-		opts = append(opts, WithDryRun())
-	}
-	return opts
-}
-
-// keyFunc returns the KeyFunc c describes; c is valid.
-func (c *CallerLimitConfig) keyFunc() KeyFunc {
-	switch {
-	case c.IP != nil:
-		if f, err := c.IP.KeyFunc(); err == nil {
+		if f, err := ip.KeyFunc(); err == nil {
 			return f
 		}
-	case c.PeerIdentity:
+	case *sluicev1.CallerLimit_PeerIdentity:
 		return PeerIdentity
-	case c.Metadata != "":
-		return MetadataKey(c.Metadata)
+	case *sluicev1.CallerLimit_Metadata:
+		return MetadataKey(k.Metadata.GetHeader())
 	}
 	return nil // checked: WithCallerRateLimit reports it
-}
-
-// limit builds the Limit that c describes; c is valid.
-func (c LimitConfig) limit() Limit {
-	if c.Exempt {
-		return Limit{Exempt: true}
-	}
-	l := Limit{Rate: c.Rate, Priority: c.Priority, LIFO: c.Queue.LIFO, DryRun: c.DryRun}
-	switch {
-	case c.AIMD != nil:
-		l.Algorithm = AIMD(*c.AIMD)
-	case c.Vegas != nil:
-		l.Algorithm = Vegas(*c.Vegas)
-	case c.Gradient2 != nil:
-		l.Algorithm = Gradient2(*c.Gradient2)
-	case c.Fixed != 0:
-		l.Algorithm = Fixed(c.Fixed)
-	}
-	switch {
-	case c.Queue.Size != 0:
-		l.Queue = limiter.FixedQueue(c.Queue.Size)
-	case c.Queue.Target != 0:
-		l.Queue = limiter.LittleQueue(c.Queue.Target)
-	}
-	return l
 }
 
 // A ConfigError reports every problem of a configuration at once.
@@ -316,9 +248,6 @@ func (e *ConfigError) Error() string {
 // cfgProblems collects ConfigProblems.
 type cfgProblems struct {
 	list []ConfigProblem
-	// skip holds names already reported by ToConfig, which cfgCheck
-	// leaves alone.
-	skip map[*sluicev1.MethodConfig_Name]bool
 }
 
 // add records a problem of path, unless path has one already.
@@ -338,78 +267,56 @@ func (ps *cfgProblems) err() error {
 	return &ConfigError{Problems: ps.list}
 }
 
-// FromConfig validates c and converts it to its Go form. A nil c is the
-// empty FileConfig. The error, if any, is a *ConfigError listing every
-// problem.
-func FromConfig(c *sluicev1.Config) (FileConfig, error) {
-	var ps cfgProblems
-	cfgCheck(&ps, c)
-	if err := ps.err(); err != nil {
-		return FileConfig{}, err
+// cfgLimit converts l to a Limit and adds its problems to ps; nil is the
+// zero Limit. The file's own rules (what an exempt limit may set, the
+// enum, durations, the rate limit) are checked here; the values of the
+// algorithm and the queue by package limiter, through cfgLimiterCheck.
+func cfgLimit(ps *cfgProblems, path string, l *sluicev1.Limit) Limit {
+	if l == nil {
+		return Limit{}
 	}
-	var fc FileConfig
-	if c.GetDefault() != nil {
-		l := cfgFromLimit(c.GetDefault())
-		fc.Default = &l
-	}
-	for _, m := range c.GetMethods() {
-		mc := MethodConfig{Limit: cfgFromLimit(m.GetLimit())}
-		for _, n := range m.GetName() {
-			mc.Names = append(mc.Names, "/"+n.GetService()+"/"+n.GetMethod())
-		}
-		fc.Methods = append(fc.Methods, mc)
-	}
-	if cl := c.GetCallerLimit(); cl != nil {
-		r := cl.GetRateLimit()
-		clc := &CallerLimitConfig{
-			Rate:       RateLimit{PerSecond: r.GetPerSecond(), Burst: int(r.GetBurst())},
-			MaxCallers: int(cl.GetMaxCallers()),
-		}
-		switch k := cl.GetKey().(type) {
-		case *sluicev1.CallerLimit_Ip:
-			ip := &IPKey{
-				IPv4Prefix: int(k.Ip.GetIpv4Prefix()),
-				IPv6Prefix: int(k.Ip.GetIpv6Prefix()),
-				Header:     k.Ip.GetHeader(),
-			}
-			for _, p := range k.Ip.GetTrustedProxies() {
-				ip.TrustedProxies = append(ip.TrustedProxies, netip.MustParsePrefix(p)) // checked
-			}
-			clc.IP = ip
-		case *sluicev1.CallerLimit_PeerIdentity:
-			clc.PeerIdentity = true
-		case *sluicev1.CallerLimit_Metadata:
-			clc.Metadata = k.Metadata.GetHeader()
-		}
-		fc.CallerLimit = clc
-	}
-	fc.PriorityHeader = c.GetPriorityHeader()
-	fc.DryRun = c.GetDryRun()
-	return fc, nil
-}
-
-// cfgFromLimit converts a valid Limit; nil is the zero LimitConfig.
-func cfgFromLimit(l *sluicev1.Limit) LimitConfig {
-	var c LimitConfig
 	if l.GetExempt() {
-		c.Exempt = true
-		return c
+		var set []string
+		if name, _ := cfgAlgorithm(l); name != "" {
+			set = append(set, name)
+		}
+		if l.GetQueue() != nil {
+			set = append(set, "queue")
+		}
+		if l.GetRateLimit() != nil {
+			set = append(set, "rate_limit")
+		}
+		if l.GetPriority() != sluicev1.Priority_PRIORITY_UNSPECIFIED {
+			set = append(set, "priority")
+		}
+		if l.GetDryRun() {
+			set = append(set, "dry_run")
+		}
+		if len(set) > 0 {
+			ps.add(path+".exempt", "true conflicts with %s: an exempt method has no limiter", strings.Join(set, ", "))
+		}
+		return Limit{Exempt: true}
 	}
-	c.DryRun = l.GetDryRun()
+	out := Limit{
+		LIFO:   l.GetQueue().GetLifo(),
+		Rate:   RateLimit{PerSecond: l.GetRateLimit().GetPerSecond(), Burst: int(l.GetRateLimit().GetBurst())},
+		DryRun: l.GetDryRun(),
+	}
 	switch alg := l.GetAlgorithm().(type) {
 	case *sluicev1.Limit_Aimd:
 		a := alg.Aimd
-		c.AIMD = &limiter.AIMDConfig{
+		timeout, _ := cfgCheckDuration(ps, path+".aimd.timeout", a.GetTimeout())
+		out.Algorithm = AIMD(limiter.AIMDConfig{
 			InitialLimit: int(a.GetInitialLimit()),
 			MinLimit:     int(a.GetMinLimit()),
 			MaxLimit:     int(a.GetMaxLimit()),
 			BackoffRatio: a.GetBackoffRatio(),
-			Timeout:      a.GetTimeout().AsDuration(),
+			Timeout:      timeout,
 			PerCall:      a.GetPerCall(),
-		}
+		})
 	case *sluicev1.Limit_Vegas:
 		v := alg.Vegas
-		c.Vegas = &limiter.VegasConfig{
+		out.Algorithm = Vegas(limiter.VegasConfig{
 			InitialLimit:    int(v.GetInitialLimit()),
 			MinLimit:        int(v.GetMinLimit()),
 			MaxLimit:        int(v.GetMaxLimit()),
@@ -417,270 +324,195 @@ func cfgFromLimit(l *sluicev1.Limit) LimitConfig {
 			Beta:            v.GetBeta(),
 			Smoothing:       v.GetSmoothing(),
 			ProbeMultiplier: int(v.GetProbeMultiplier()),
-		}
+		})
 	case *sluicev1.Limit_Gradient2:
 		g := alg.Gradient2
-		c.Gradient2 = &limiter.Gradient2Config{
+		out.Algorithm = Gradient2(limiter.Gradient2Config{
 			InitialLimit: int(g.GetInitialLimit()),
 			MinLimit:     int(g.GetMinLimit()),
 			MaxLimit:     int(g.GetMaxLimit()),
 			QueueSize:    int(g.GetQueueSize()),
 			Smoothing:    g.GetSmoothing(),
 			LongWindow:   int(g.GetLongWindow()),
-		}
+		})
 	case *sluicev1.Limit_Fixed:
-		c.Fixed = int(alg.Fixed.GetLimit())
+		out.Algorithm = Fixed(int(alg.Fixed.GetLimit()))
 	}
-	q := l.GetQueue()
-	c.Queue = QueueConfig{Size: int(q.GetSize()), Target: q.GetTarget().AsDuration(), LIFO: q.GetLifo()}
-	c.Rate = RateLimit{PerSecond: l.GetRateLimit().GetPerSecond(), Burst: int(l.GetRateLimit().GetBurst())}
-	c.Priority = cfgFromPriority[l.GetPriority()]
-	return c
+	switch b := l.GetQueue().GetBound().(type) {
+	case *sluicev1.Queue_Size:
+		out.Queue = limiter.FixedQueue(int(b.Size))
+	case *sluicev1.Queue_Target:
+		// The limiter reads a zero target as no queue; the file says so
+		// by leaving the bound unset.
+		if d, ok := cfgCheckDuration(ps, path+".queue.target", b.Target); ok && d == 0 {
+			ps.add(path+".queue.target", "%v is not > 0", d)
+		} else {
+			out.Queue = limiter.LittleQueue(d)
+		}
+	}
+	cfgLimiterCheck(ps, path, l, out)
+	if r := l.GetRateLimit(); r.GetPerSecond() != 0 || r.GetBurst() != 0 {
+		if v := r.GetPerSecond(); !(v > 0) || math.IsInf(v, 1) {
+			ps.add(path+".rate_limit.per_second", "%v is not a finite number > 0", v)
+		}
+		if b := r.GetBurst(); b < 0 {
+			ps.add(path+".rate_limit.burst", "%d is not >= 0", b)
+		}
+	}
+	if p := l.GetPriority(); sluicev1.Priority_name[int32(p)] == "" {
+		ps.add(path+".priority", "%d is not PRIORITY_CRITICAL, PRIORITY_DEFAULT or PRIORITY_SHEDDABLE", int32(p))
+	} else {
+		out.Priority = cfgPriority[p]
+	}
+	return out
 }
 
-var cfgFromPriority = map[sluicev1.Priority]Priority{
+var cfgPriority = map[sluicev1.Priority]Priority{
 	sluicev1.Priority_PRIORITY_UNSPECIFIED: PriorityDefault,
 	sluicev1.Priority_PRIORITY_DEFAULT:     PriorityDefault,
 	sluicev1.Priority_PRIORITY_CRITICAL:    PriorityCritical,
 	sluicev1.Priority_PRIORITY_SHEDDABLE:   PrioritySheddable,
 }
 
-// ToConfig converts c to its protobuf form and validates it. Problems are
-// named by their path in the protobuf form. Zero values are left unset,
-// so ToConfig(FromConfig(x)) equals x up to fields that say "the default"
-// explicitly (a zero queue size, PRIORITY_DEFAULT).
-func ToConfig(c FileConfig) (*sluicev1.Config, error) {
-	var ps cfgProblems
-	pb := &sluicev1.Config{}
-	if c.Default != nil {
-		pb.Default = cfgToLimit(&ps, "default", *c.Default)
+// cfgAlgorithm is the file's name of l's algorithm ("aimd") and its
+// message; "" and nil if l sets none.
+func cfgAlgorithm(l *sluicev1.Limit) (string, protoreflect.Message) {
+	m := l.ProtoReflect()
+	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("algorithm"))
+	if fd == nil {
+		return "", nil
 	}
-	for i, m := range c.Methods {
-		path := fmt.Sprintf("methods[%d]", i)
-		mc := &sluicev1.MethodConfig{Limit: cfgToLimit(&ps, path+".limit", m.Limit)}
-		for j, name := range m.Names {
-			mc.Name = append(mc.Name, cfgToName(&ps, fmt.Sprintf("%s.name[%d]", path, j), name))
-		}
-		pb.Methods = append(pb.Methods, mc)
-	}
-	if cl := c.CallerLimit; cl != nil {
-		pb.CallerLimit = cfgToCallerLimit(&ps, *cl)
-	}
-	pb.PriorityHeader = c.PriorityHeader
-	pb.DryRun = c.DryRun
-	cfgCheck(&ps, pb)
-	// Conversion problems came first; put them in the configuration's order.
-	slices.SortStableFunc(ps.list, func(a, b ConfigProblem) int {
-		return slices.Compare(cfgOrder(a.Path), cfgOrder(b.Path))
-	})
-	if err := ps.err(); err != nil {
-		return nil, err
-	}
-	return pb, nil
+	return string(fd.Name()), m.Get(fd).Message()
 }
 
-// cfgOrder is the position of path in a configuration: the default, then
-// each entry's names in order, then its limit, then the caller limit and
-// the priority header.
-func cfgOrder(path string) []int {
-	switch {
-	case strings.HasPrefix(path, "caller_limit"):
-		return []int{2}
-	case strings.HasPrefix(path, "priority_header"):
-		return []int{3}
+// cfgLimiterFields names the file's field, relative to the limit, of each
+// limiter.ConfigError field that is not "<Kind>Config.<Field>" of the
+// limit's algorithm (which the rule in cfgLimiterCheck maps).
+var cfgLimiterFields = map[string]string{
+	"Fixed limit":        "fixed.limit",
+	"FixedQueue size":    "queue.size",
+	"LittleQueue target": "queue.target",
+}
+
+// cfgAllowed overrides what a limiter.ConfigError allows where the file
+// reads otherwise: a zero AIMD timeout is "unset" in the file.
+var cfgAllowed = map[string]string{
+	"AIMDConfig.Timeout": ">= 0",
+}
+
+// cfgLimiterCheck has package limiter check the algorithm and the queue
+// of out, converted from l, and adds each *limiter.ConfigError to ps under
+// its path in the file. A field l leaves unset is shown as the limiter's
+// default ("default 20"), and a problem that only follows from another
+// (an initial limit outside a min_limit already reported) is left out.
+func cfgLimiterCheck(ps *cfgProblems, path string, l *sluicev1.Limit, out Limit) {
+	var errs []error
+	if out.Algorithm != nil {
+		if _, err := out.Algorithm.NewAlgorithm(); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	rest, ok := strings.CutPrefix(path, "methods[")
+	if _, err := limiter.New(limiter.WithQueue(out.Queue)); err != nil {
+		errs = append(errs, err)
+	}
+	algName, alg := cfgAlgorithm(l)
+	type problem struct {
+		field   string // the limiter's field name: "MinLimit"
+		path    string
+		message string
+		refs    []string // the limiter's field names the message mentions
+	}
+	var found []problem
+	bad := map[string]bool{}
+	for _, leaf := range cfgLeaves(errors.Join(errs...)) {
+		var ce *limiter.ConfigError
+		if !errors.As(leaf, &ce) {
+			// A check without a field: report it whole.
+			found = append(found, problem{path: path, message: leaf.Error()})
+			continue
+		}
+		value, allowed := fmt.Sprint(ce.Value), ce.Allowed
+		if a, ok := cfgAllowed[ce.Field]; ok {
+			allowed = a
+		}
+		p := problem{field: ce.Field}
+		if rel, ok := cfgLimiterFields[ce.Field]; ok {
+			p.path = path + "." + rel
+		} else if kind, field, ok := strings.Cut(ce.Field, "."); ok && alg != nil && strings.HasSuffix(kind, "Config") {
+			p.field = field
+			p.path = path + "." + algName + "." + cfgSnake(field)
+			fields := alg.Descriptor().Fields()
+			if fd := fields.ByName(protoreflect.Name(cfgSnake(field))); fd != nil && !alg.Has(fd) {
+				value = "default " + value
+			}
+			for i := range fields.Len() {
+				fd := fields.Get(i)
+				goName := cfgCamel(string(fd.Name()))
+				if !strings.Contains(allowed, goName) {
+					continue
+				}
+				p.refs = append(p.refs, goName)
+				if !alg.Has(fd) {
+					allowed = strings.ReplaceAll(allowed, goName+" (", goName+" (default ")
+				}
+				allowed = strings.ReplaceAll(allowed, goName, string(fd.Name()))
+			}
+		} else {
+			p.path = path // a field of no file path: keep the limiter's name
+			value = ce.Field + " " + value
+		}
+		p.message = value + " is not " + allowed
+		found = append(found, p)
+		bad[p.field] = true
+	}
+	for _, p := range found {
+		if !slices.ContainsFunc(p.refs, func(r string) bool { return r != p.field && bad[r] }) {
+			ps.add(p.path, "%s", p.message)
+		}
+	}
+}
+
+// cfgLeaves lists the leaves of err, a tree of joined errors, in order.
+func cfgLeaves(err error) []error {
+	if err == nil {
+		return nil
+	}
+	j, ok := err.(interface{ Unwrap() []error })
 	if !ok {
-		return []int{0}
+		return []error{err}
 	}
-	i, rest, _ := strings.Cut(rest, "]")
-	entry, _ := strconv.Atoi(i)
-	rest, ok = strings.CutPrefix(rest, ".name")
-	if !ok {
-		return []int{1, entry, 1}
+	var all []error
+	for _, e := range j.Unwrap() {
+		all = append(all, cfgLeaves(e)...)
 	}
-	name := -1
-	if i, ok := strings.CutPrefix(rest, "["); ok {
-		i, _, _ = strings.Cut(i, "]")
-		name, _ = strconv.Atoi(i)
-	}
-	return []int{1, entry, 0, name}
+	return all
 }
 
-// cfgToName splits "/package.Service/Method" or "/package.Service/"; what is
-// inside the parts is left to cfgCheckName.
-func cfgToName(ps *cfgProblems, path, name string) *sluicev1.MethodConfig_Name {
-	rest, ok := strings.CutPrefix(name, "/")
-	service, method, ok2 := strings.Cut(rest, "/")
-	n := &sluicev1.MethodConfig_Name{Service: service, Method: method}
-	if !ok || !ok2 {
-		ps.add(path, "%q is not \"/package.Service/Method\" or \"/package.Service/\"", name)
-		if ps.skip == nil {
-			ps.skip = map[*sluicev1.MethodConfig_Name]bool{}
-		}
-		ps.skip[n] = true
-	}
-	return n
-}
-
-func cfgToLimit(ps *cfgProblems, path string, c LimitConfig) *sluicev1.Limit {
-	l := &sluicev1.Limit{Exempt: c.Exempt, DryRun: c.DryRun}
-	var algs []string
-	if a := c.AIMD; a != nil {
-		p := path + ".aimd"
-		algs = append(algs, "aimd")
-		aimd := &sluicev1.Aimd{
-			InitialLimit: cfgInt32(ps, p+".initial_limit", a.InitialLimit),
-			MinLimit:     cfgInt32(ps, p+".min_limit", a.MinLimit),
-			MaxLimit:     cfgInt32(ps, p+".max_limit", a.MaxLimit),
-			BackoffRatio: a.BackoffRatio,
-			PerCall:      a.PerCall,
-		}
-		if a.Timeout != 0 {
-			aimd.Timeout = durationpb.New(a.Timeout)
-		}
-		l.Algorithm = &sluicev1.Limit_Aimd{Aimd: aimd}
-	}
-	if v := c.Vegas; v != nil {
-		p := path + ".vegas"
-		algs = append(algs, "vegas")
-		l.Algorithm = &sluicev1.Limit_Vegas{Vegas: &sluicev1.Vegas{
-			InitialLimit:    cfgInt32(ps, p+".initial_limit", v.InitialLimit),
-			MinLimit:        cfgInt32(ps, p+".min_limit", v.MinLimit),
-			MaxLimit:        cfgInt32(ps, p+".max_limit", v.MaxLimit),
-			Alpha:           v.Alpha,
-			Beta:            v.Beta,
-			Smoothing:       v.Smoothing,
-			ProbeMultiplier: cfgInt32(ps, p+".probe_multiplier", v.ProbeMultiplier),
-		}}
-	}
-	if g := c.Gradient2; g != nil {
-		p := path + ".gradient2"
-		algs = append(algs, "gradient2")
-		l.Algorithm = &sluicev1.Limit_Gradient2{Gradient2: &sluicev1.Gradient2{
-			InitialLimit: cfgInt32(ps, p+".initial_limit", g.InitialLimit),
-			MinLimit:     cfgInt32(ps, p+".min_limit", g.MinLimit),
-			MaxLimit:     cfgInt32(ps, p+".max_limit", g.MaxLimit),
-			QueueSize:    cfgInt32(ps, p+".queue_size", g.QueueSize),
-			Smoothing:    g.Smoothing,
-			LongWindow:   cfgInt32(ps, p+".long_window", g.LongWindow),
-		}}
-	}
-	if c.Fixed != 0 {
-		algs = append(algs, "fixed")
-		l.Algorithm = &sluicev1.Limit_Fixed{Fixed: &sluicev1.Fixed{Limit: cfgInt32(ps, path+".fixed.limit", c.Fixed)}}
-	}
-	if len(algs) > 1 {
-		ps.add(path, "sets more than one algorithm (%s)", strings.Join(algs, ", "))
-	}
-	if q := c.Queue; q != (QueueConfig{}) {
-		l.Queue = &sluicev1.Queue{Lifo: q.LIFO}
-		switch {
-		case q.Size != 0 && q.Target != 0:
-			ps.add(path+".queue", "sets both size (%d) and target (%v)", q.Size, q.Target)
-		case q.Size != 0:
-			l.Queue.Bound = &sluicev1.Queue_Size{Size: cfgInt32(ps, path+".queue.size", q.Size)}
-		case q.Target != 0:
-			l.Queue.Bound = &sluicev1.Queue_Target{Target: durationpb.New(q.Target)}
-		}
-	}
-	if c.Rate != (RateLimit{}) {
-		l.RateLimit = &sluicev1.RateLimit{PerSecond: c.Rate.PerSecond, Burst: cfgInt32(ps, path+".rate_limit.burst", c.Rate.Burst)}
-	}
-	switch c.Priority {
-	case PriorityDefault:
-	case PriorityCritical:
-		l.Priority = sluicev1.Priority_PRIORITY_CRITICAL
-	case PrioritySheddable:
-		l.Priority = sluicev1.Priority_PRIORITY_SHEDDABLE
-	default:
-		ps.add(path+".priority", "%v is not PriorityCritical, PriorityDefault or PrioritySheddable", c.Priority)
-	}
-	return l
-}
-
-func cfgToCallerLimit(ps *cfgProblems, c CallerLimitConfig) *sluicev1.CallerLimit {
-	const path = "caller_limit"
-	cl := &sluicev1.CallerLimit{
-		RateLimit:  &sluicev1.RateLimit{PerSecond: c.Rate.PerSecond, Burst: cfgInt32(ps, path+".rate_limit.burst", c.Rate.Burst)},
-		MaxCallers: cfgInt32(ps, path+".max_callers", c.MaxCallers),
-	}
-	var keys []string
-	if k := c.IP; k != nil {
-		keys = append(keys, "ip")
-		ip := &sluicev1.IpKey{
-			Ipv4Prefix: cfgInt32(ps, path+".ip.ipv4_prefix", k.IPv4Prefix),
-			Ipv6Prefix: cfgInt32(ps, path+".ip.ipv6_prefix", k.IPv6Prefix),
-			Header:     k.Header,
-		}
-		for _, p := range k.TrustedProxies {
-			ip.TrustedProxies = append(ip.TrustedProxies, p.String())
-		}
-		cl.Key = &sluicev1.CallerLimit_Ip{Ip: ip}
-	}
-	if c.PeerIdentity {
-		keys = append(keys, "peer_identity")
-		cl.Key = &sluicev1.CallerLimit_PeerIdentity{PeerIdentity: &sluicev1.PeerIdentityKey{}}
-	}
-	if c.Metadata != "" {
-		keys = append(keys, "metadata")
-		cl.Key = &sluicev1.CallerLimit_Metadata{Metadata: &sluicev1.MetadataKey{Header: c.Metadata}}
-	}
-	if len(keys) > 1 {
-		ps.add(path, "sets more than one key (%s)", strings.Join(keys, ", "))
-	}
-	return cl
-}
-
-func cfgInt32(ps *cfgProblems, path string, v int) int32 {
-	if v < math.MinInt32 || v > math.MaxInt32 {
-		ps.add(path, "%d is out of the range of int32", v)
-		return 0
-	}
-	return int32(v)
-}
-
-// cfgCheck adds every problem of c to ps. The ranges mirror those of
-// package limiter and of NewServer, checked here so that each problem is
-// named by its exact path.
-func cfgCheck(ps *cfgProblems, c *sluicev1.Config) {
-	if c.GetDefault() != nil {
-		cfgCheckLimit(ps, "default", c.GetDefault())
-	}
-	type where struct{ entry, name int }
-	seen := map[string]where{} // full name -> where it was first configured
-	for i, m := range c.GetMethods() {
-		path := fmt.Sprintf("methods[%d]", i)
-		if len(m.GetName()) == 0 {
-			ps.add(path+".name", "is empty: name at least one service, or a service and a method")
-		}
-		for j, n := range m.GetName() {
-			np := fmt.Sprintf("%s.name[%d]", path, j)
-			if ps.skip[n] {
-				continue
+// cfgSnake turns a limiter field name into the file's: "MinLimit" ->
+// "min_limit".
+func cfgSnake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
 			}
-			full, ok := cfgCheckName(ps, np, n)
-			if !ok {
-				continue
-			}
-			prev, dup := seen[full]
-			switch {
-			case !dup:
-				seen[full] = where{i, j}
-			case prev.entry == i:
-				ps.add(np, "%q is already configured by %s.name[%d]", full, path, prev.name)
-			default:
-				ps.add(np, "%q is already configured by methods[%d]", full, prev.entry)
-			}
+			r += 'a' - 'A'
 		}
-		cfgCheckLimit(ps, path+".limit", m.GetLimit())
+		b.WriteRune(r)
 	}
-	if cl := c.GetCallerLimit(); cl != nil {
-		cfgCheckCallerLimit(ps, "caller_limit", cl)
+	return b.String()
+}
+
+// cfgCamel is the inverse of cfgSnake: "min_limit" -> "MinLimit".
+func cfgCamel(s string) string {
+	var b strings.Builder
+	for part := range strings.SplitSeq(s, "_") {
+		if part != "" {
+			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+		}
 	}
-	if h := c.GetPriorityHeader(); h != "" {
-		cfgCheckHeader(ps, "priority_header", h)
-	}
+	return b.String()
 }
 
 func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit) {
@@ -752,113 +584,7 @@ func cfgCheckHeader(ps *cfgProblems, path, h string) {
 }
 
 // cfgCheckName checks one {service, method} and returns its full name,
-// "/package.Service/Method" or "/package.Service/".
-func cfgCheckName(ps *cfgProblems, path string, n *sluicev1.MethodConfig_Name) (string, bool) {
-	service, method := n.GetService(), n.GetMethod()
-	ok := true
-	bad := func(format string, args ...any) {
-		ps.add(path, format, args...)
-		ok = false
-	}
-	switch {
-	case service == "":
-		bad("service is empty")
-	case strings.Contains(service, "/"):
-		bad("service %q contains '/': want a full service name, \"package.Service\"", service)
-	case cfgHasSpace(service):
-		bad("service %q contains spaces or control characters", service)
-	case strings.HasPrefix(service, ".") || strings.HasSuffix(service, ".") || strings.Contains(service, ".."):
-		bad("service %q has an empty name part", service)
-	}
-	switch {
-	case strings.Contains(method, "/"):
-		bad("method %q contains '/': want a method name, or nothing for the whole service", method)
-	case cfgHasSpace(method):
-		bad("method %q contains spaces or control characters", method)
-	}
-	return "/" + service + "/" + method, ok
-}
 
-func cfgHasSpace(s string) bool {
-	return strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f })
-}
-
-func cfgCheckLimit(ps *cfgProblems, path string, l *sluicev1.Limit) {
-	if l == nil {
-		return
-	}
-	if l.GetExempt() {
-		var set []string
-		if l.GetAlgorithm() != nil {
-			set = append(set, cfgAlgorithm(l))
-		}
-		if l.GetQueue() != nil {
-			set = append(set, "queue")
-		}
-		if l.GetRateLimit() != nil {
-			set = append(set, "rate_limit")
-		}
-		if l.GetPriority() != sluicev1.Priority_PRIORITY_UNSPECIFIED {
-			set = append(set, "priority")
-		}
-		if l.GetDryRun() {
-			set = append(set, "dry_run")
-		}
-		if len(set) > 0 {
-			ps.add(path+".exempt", "true conflicts with %s: an exempt method has no limiter", strings.Join(set, ", "))
-		}
-		return
-	}
-	switch alg := l.GetAlgorithm().(type) {
-	case *sluicev1.Limit_Aimd:
-		cfgCheckAIMD(ps, path+".aimd", alg.Aimd)
-	case *sluicev1.Limit_Vegas:
-		cfgCheckVegas(ps, path+".vegas", alg.Vegas)
-	case *sluicev1.Limit_Gradient2:
-		cfgCheckGradient2(ps, path+".gradient2", alg.Gradient2)
-	case *sluicev1.Limit_Fixed:
-		if n := alg.Fixed.GetLimit(); n < 1 || n > limiter.MaxLimit {
-			ps.add(path+".fixed.limit", "%d is not in [1, %d]", n, limiter.MaxLimit)
-		}
-	}
-	if q := l.GetQueue(); q != nil {
-		switch b := q.GetBound().(type) {
-		case *sluicev1.Queue_Size:
-			if b.Size < 0 || b.Size > limiter.MaxLimit {
-				ps.add(path+".queue.size", "%d is not in [0, %d]", b.Size, limiter.MaxLimit)
-			}
-		case *sluicev1.Queue_Target:
-			if d, ok := cfgCheckDuration(ps, path+".queue.target", b.Target); ok && d <= 0 {
-				ps.add(path+".queue.target", "%v is not > 0", d)
-			}
-		}
-	}
-	if r := l.GetRateLimit(); r.GetPerSecond() != 0 || r.GetBurst() != 0 {
-		if v := r.GetPerSecond(); !(v > 0) || math.IsInf(v, 1) {
-			ps.add(path+".rate_limit.per_second", "%v is not a finite number > 0", v)
-		}
-		if b := r.GetBurst(); b < 0 {
-			ps.add(path+".rate_limit.burst", "%d is not >= 0", b)
-		}
-	}
-	if p := l.GetPriority(); sluicev1.Priority_name[int32(p)] == "" {
-		ps.add(path+".priority", "%d is not PRIORITY_CRITICAL, PRIORITY_DEFAULT or PRIORITY_SHEDDABLE", int32(p))
-	}
-}
-
-func cfgAlgorithm(l *sluicev1.Limit) string {
-	switch l.GetAlgorithm().(type) {
-	case *sluicev1.Limit_Aimd:
-		return "aimd"
-	case *sluicev1.Limit_Vegas:
-		return "vegas"
-	case *sluicev1.Limit_Gradient2:
-		return "gradient2"
-	}
-	return "fixed"
-}
-
-// cfgCheckDuration checks that d is a valid duration within the range of a
 // time.Duration and returns it. A nil d is 0.
 func cfgCheckDuration(ps *cfgProblems, path string, d *durationpb.Duration) (time.Duration, bool) {
 	if d == nil {
@@ -874,111 +600,4 @@ func cfgCheckDuration(ps *cfgProblems, path string, d *durationpb.Duration) (tim
 		return 0, false
 	}
 	return d.AsDuration(), true
-}
-
-// A cfgSetting is a configured number, or the default that stands for it.
-type cfgSetting[T int | float64] struct {
-	v   T
-	def bool // v is the default, not set in the configuration
-}
-
-func (s cfgSetting[T]) String() string {
-	if s.def {
-		return fmt.Sprintf("default %v", s.v)
-	}
-	return fmt.Sprint(s.v)
-}
-
-// cfgOrDefault is v, or def when v is 0 (unset).
-func cfgOrDefault[T int | float64](v, def T) cfgSetting[T] {
-	if v == 0 {
-		return cfgSetting[T]{def, true}
-	}
-	return cfgSetting[T]{v, false}
-}
-
-// cfgCheckLimits checks the initial, min and max limits of an algorithm,
-// with the algorithm's defaults applied. A default derived from a value
-// out of range is not reported again.
-func cfgCheckLimits(ps *cfgProblems, path string, initial, minimum, maximum cfgSetting[int]) {
-	ok := true
-	for _, f := range []struct {
-		name string
-		s    cfgSetting[int]
-	}{{"initial_limit", initial}, {"min_limit", minimum}, {"max_limit", maximum}} {
-		if f.s.v < 1 || f.s.v > limiter.MaxLimit {
-			if !f.s.def {
-				ps.add(path+"."+f.name, "%v is not in [1, %d]", f.s, limiter.MaxLimit)
-			}
-			ok = false
-		}
-	}
-	if !ok {
-		return
-	}
-	switch {
-	case minimum.v > maximum.v:
-		ps.add(path+".min_limit", "%v is not <= max_limit (%v)", minimum, maximum)
-	case initial.v < minimum.v || initial.v > maximum.v:
-		ps.add(path+".initial_limit", "%v is not in [min_limit, max_limit] = [%d, %d]", initial, minimum.v, maximum.v)
-	}
-}
-
-// cfgCheckAIMD, cfgCheckVegas and cfgCheckGradient2 apply the defaults of
-// limiter.AIMDConfig, VegasConfig and Gradient2Config as those types do,
-// and check the same ranges.
-func cfgCheckAIMD(ps *cfgProblems, path string, a *sluicev1.Aimd) {
-	minimum, maximum := int(a.GetMinLimit()), int(a.GetMaxLimit())
-	initial := cfgOrDefault(int(a.GetInitialLimit()), limiter.DefaultAIMDInitialLimit)
-	if initial.def {
-		if minimum > initial.v {
-			initial.v = minimum
-		}
-		if maximum > 0 && maximum < initial.v {
-			initial.v = maximum
-		}
-	}
-	cfgCheckLimits(ps, path, initial, cfgOrDefault(minimum, limiter.DefaultAIMDMinLimit),
-		cfgOrDefault(maximum, max(limiter.DefaultAIMDMaxLimit, initial.v)))
-	if r := a.GetBackoffRatio(); r != 0 && !(r >= 0.5 && r < 1) {
-		ps.add(path+".backoff_ratio", "%v is not in [0.5, 1)", r)
-	}
-	if d, ok := cfgCheckDuration(ps, path+".timeout", a.GetTimeout()); ok && d < 0 {
-		ps.add(path+".timeout", "%v is not >= 0", d)
-	}
-}
-
-func cfgCheckVegas(ps *cfgProblems, path string, v *sluicev1.Vegas) {
-	initial := cfgOrDefault(int(v.GetInitialLimit()), 20)
-	cfgCheckLimits(ps, path, initial, cfgOrDefault(int(v.GetMinLimit()), 1),
-		cfgOrDefault(int(v.GetMaxLimit()), max(1000, initial.v)))
-	alpha := cfgOrDefault(v.GetAlpha(), 3)
-	if !(alpha.v > 0) {
-		ps.add(path+".alpha", "%v is not > 0", alpha)
-	} else if beta := cfgOrDefault(v.GetBeta(), 6); !(beta.v > alpha.v) {
-		ps.add(path+".beta", "%v is not > alpha (%v)", beta, alpha)
-	}
-	cfgCheckSmoothing(ps, path+".smoothing", v.GetSmoothing())
-	if n := v.GetProbeMultiplier(); n < 0 {
-		ps.add(path+".probe_multiplier", "%d is not >= 1", n)
-	}
-}
-
-func cfgCheckGradient2(ps *cfgProblems, path string, g *sluicev1.Gradient2) {
-	initial := cfgOrDefault(int(g.GetInitialLimit()), 20)
-	cfgCheckLimits(ps, path, initial, cfgOrDefault(int(g.GetMinLimit()), 1),
-		cfgOrDefault(int(g.GetMaxLimit()), max(200, initial.v)))
-	if n := g.GetQueueSize(); n < 0 {
-		ps.add(path+".queue_size", "%d is not >= 0", n)
-	}
-	cfgCheckSmoothing(ps, path+".smoothing", g.GetSmoothing())
-	if n := g.GetLongWindow(); n < 0 {
-		ps.add(path+".long_window", "%d is not >= 1", n)
-	}
-}
-
-func cfgCheckSmoothing(ps *cfgProblems, path string, s float64) {
-	if s != 0 && !(s > 0 && s <= 1) {
-		ps.add(path, "%v is not in (0, 1]", s)
-	}
 }
