@@ -146,7 +146,7 @@ func TestConfigLimits(t *testing.T) {
 		methods []string
 		want    map[string]int
 	}{
-		{"empty", `{}`, []string{"/a.S/M"}, map[string]int{"a.S/M": limiter.DefaultAIMDInitialLimit}},
+		{"empty", `{}`, []string{"/a.S/M"}, map[string]int{"a.S/M": 20}}, // AIMD's default initial limit
 		{"default aimd", `{"default": {"aimd": {"initial_limit": 7}}}`,
 			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/M": 7, "a.S/N": 7}},
 		{"aimd initial follows min", `{"default": {"aimd": {"min_limit": 30}}}`,
@@ -162,7 +162,7 @@ func TestConfigLimits(t *testing.T) {
 		{"health exemption replaced", `{"methods": [{"name": [{"service": "grpc.health.v1.Health"}], "limit": {"fixed": {"limit": 1}}}]}`,
 			[]string{"/grpc.health.v1.Health/Check"}, map[string]int{"grpc.health.v1.Health/": 1}},
 		{"entry without limit", `{"methods": [{"name": [{"service": "a.S"}]}]}`,
-			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/": limiter.DefaultAIMDInitialLimit}},
+			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/": 20}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

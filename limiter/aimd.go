@@ -43,12 +43,12 @@ type AIMDConfig struct {
 	PerCall bool
 }
 
-// Defaults of AIMDConfig.
+// Defaults of AIMDConfig, as its field comments state them.
 const (
-	DefaultAIMDInitialLimit = 20
-	DefaultAIMDMinLimit     = 1
-	DefaultAIMDMaxLimit     = 1000
-	DefaultAIMDBackoffRatio = 0.9
+	defaultAIMDInitialLimit = 20
+	defaultAIMDMinLimit     = 1
+	defaultAIMDMaxLimit     = 1000
+	defaultAIMDBackoffRatio = 0.9
 )
 
 // Parameters of the adaptive threshold, used when AIMDConfig.Timeout is 0.
@@ -107,7 +107,7 @@ const (
 
 func (c AIMDConfig) withDefaults() AIMDConfig {
 	if c.InitialLimit == 0 {
-		c.InitialLimit = DefaultAIMDInitialLimit
+		c.InitialLimit = defaultAIMDInitialLimit
 		if c.MinLimit > c.InitialLimit {
 			c.InitialLimit = c.MinLimit
 		}
@@ -116,13 +116,13 @@ func (c AIMDConfig) withDefaults() AIMDConfig {
 		}
 	}
 	if c.MinLimit == 0 {
-		c.MinLimit = DefaultAIMDMinLimit
+		c.MinLimit = defaultAIMDMinLimit
 	}
 	if c.MaxLimit == 0 {
-		c.MaxLimit = max(DefaultAIMDMaxLimit, c.InitialLimit)
+		c.MaxLimit = max(defaultAIMDMaxLimit, c.InitialLimit)
 	}
 	if c.BackoffRatio == 0 {
-		c.BackoffRatio = DefaultAIMDBackoffRatio
+		c.BackoffRatio = defaultAIMDBackoffRatio
 	}
 	return c
 }

@@ -121,10 +121,10 @@ func TestAIMDDefaults(t *testing.T) {
 	a, err := NewAIMD(AIMDConfig{})
 	require.NoError(t, err)
 	assert.Equal(t, AIMDConfig{
-		InitialLimit: DefaultAIMDInitialLimit,
-		MinLimit:     DefaultAIMDMinLimit,
-		MaxLimit:     DefaultAIMDMaxLimit,
-		BackoffRatio: DefaultAIMDBackoffRatio,
+		InitialLimit: defaultAIMDInitialLimit,
+		MinLimit:     defaultAIMDMinLimit,
+		MaxLimit:     defaultAIMDMaxLimit,
+		BackoffRatio: defaultAIMDBackoffRatio,
 	}, a.cfg)
 	assert.Equal(t, 20, a.Limit())
 

@@ -52,7 +52,7 @@ func BenchmarkTryAcquireReleaseParallel(b *testing.B) {
 }
 
 func BenchmarkChannelSemaphore(b *testing.B) {
-	sem := make(chan struct{}, DefaultAIMDInitialLimit)
+	sem := make(chan struct{}, defaultAIMDInitialLimit)
 	b.ReportAllocs()
 	for b.Loop() {
 		sem <- struct{}{}
@@ -61,7 +61,7 @@ func BenchmarkChannelSemaphore(b *testing.B) {
 }
 
 func BenchmarkChannelSemaphoreParallel(b *testing.B) {
-	sem := make(chan struct{}, DefaultAIMDInitialLimit)
+	sem := make(chan struct{}, defaultAIMDInitialLimit)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

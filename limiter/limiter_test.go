@@ -206,7 +206,7 @@ func TestNewErrors(t *testing.T) {
 
 	l, err := New(nil) // a nil Option is ignored
 	require.NoError(t, err)
-	assert.Equal(t, DefaultAIMDInitialLimit, l.Limit())
+	assert.Equal(t, defaultAIMDInitialLimit, l.Limit())
 }
 
 func TestAcquireWithoutQueue(t *testing.T) {
