@@ -41,7 +41,7 @@ import (
 // came from a file are not part of that base: the reloaded file replaces
 // them whole, so an entry deleted from the file is gone after a reload.
 //
-// A file larger than MaxConfigSize is refused without being read whole.
+// A file larger than 1 MiB is refused without being read whole.
 func LoadConfig(path string) ([]Option, error) {
 	data, err := readConfigFile(path)
 	if err != nil {
@@ -50,30 +50,30 @@ func LoadConfig(path string) ([]Option, error) {
 	return cfgParse(data, path)
 }
 
-// MaxConfigSize is the largest config file LoadConfig and WatchConfig
+// maxConfigSize is the largest config file LoadConfig and WatchConfig
 // read, in bytes. A real configuration is a few kilobytes; the cap keeps a
 // wrong path (a log file, a device) or a hostile file from exhausting
 // memory.
-const MaxConfigSize = 1 << 20
+const maxConfigSize = 1 << 20
 
 // readConfigFile reads the file at path, refusing one larger than
-// MaxConfigSize.
+// maxConfigSize.
 func readConfigFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: reading config: %w", err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: reading config: %w", err)
 	}
-	if len(data) > MaxConfigSize {
+	if len(data) > maxConfigSize {
 		size := fmt.Sprintf("at least %d", len(data))
-		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxConfigSize {
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > maxConfigSize {
 			size = fmt.Sprint(fi.Size())
 		}
-		return nil, fmt.Errorf("interceptor: config %s is %s bytes, more than MaxConfigSize (%d bytes)", path, size, MaxConfigSize)
+		return nil, fmt.Errorf("interceptor: config %s is %s bytes, more than the limit of %d bytes", path, size, maxConfigSize)
 	}
 	return data, nil
 }

@@ -31,9 +31,9 @@ func TestLoadConfigSizeLimit(t *testing.T) {
 		size int
 		err  string
 	}{
-		{"at the limit", MaxConfigSize, ""},
-		{"one byte over", MaxConfigSize + 1, fmt.Sprintf("is %d bytes, more than MaxConfigSize (%d bytes)", MaxConfigSize+1, MaxConfigSize)},
-		{"far over", 8 * MaxConfigSize, fmt.Sprintf("is %d bytes, more than MaxConfigSize (%d bytes)", 8*MaxConfigSize, MaxConfigSize)},
+		{"at the limit", maxConfigSize, ""},
+		{"one byte over", maxConfigSize + 1, fmt.Sprintf("is %d bytes, more than the limit of %d bytes", maxConfigSize+1, maxConfigSize)},
+		{"far over", 8 * maxConfigSize, fmt.Sprintf("is %d bytes, more than the limit of %d bytes", 8*maxConfigSize, maxConfigSize)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,13 +69,13 @@ func TestWatchConfigSizeLimit(t *testing.T) {
 		go func() { done <- WatchConfig(ctx, path, time.Second, s, onError) }()
 		synctest.Wait()
 
-		require.NoError(t, os.WriteFile(path, padded(t, `{"default": {"fixed": {"limit": 7}}}`, MaxConfigSize+1), 0o600))
+		require.NoError(t, os.WriteFile(path, padded(t, `{"default": {"fixed": {"limit": 7}}}`, maxConfigSize+1), 0o600))
 		time.Sleep(time.Second) // fake time: one poll
 		synctest.Wait()
 		assert.Equal(t, 3, gateOf(s.core, unaryMethod).lim.Limit(), "an oversized file changes nothing")
 		mu.Lock()
 		require.Len(t, errList, 1)
-		assert.Equal(t, fmt.Sprintf("interceptor: config %s is %d bytes, more than MaxConfigSize (%d bytes)", path, MaxConfigSize+1, MaxConfigSize), errList[0].Error())
+		assert.Equal(t, fmt.Sprintf("interceptor: config %s is %d bytes, more than the limit of %d bytes", path, maxConfigSize+1, maxConfigSize), errList[0].Error())
 		mu.Unlock()
 
 		cancel()

@@ -157,7 +157,7 @@ func FuzzPriorityHeader(f *testing.F) {
 			last = last[i+1:]
 		}
 		want := PrioritySheddable
-		if claimed, ok := ParsePriority(last); ok {
+		if claimed, ok := parsePriority(last); ok {
 			want = min(claimed, maxClaim)
 		}
 		if p != want {

@@ -38,9 +38,9 @@ func (p Priority) String() string {
 	return fmt.Sprintf("Priority(%d)", int8(p))
 }
 
-// ParsePriority reads a priority name ("critical", "default", "sheddable",
+// parsePriority reads a priority name ("critical", "default", "sheddable",
 // any case), as sent in the header of WithPriorityHeader.
-func ParsePriority(s string) (Priority, bool) {
+func parsePriority(s string) (Priority, bool) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "critical":
 		return PriorityCritical, true
@@ -229,7 +229,7 @@ func (c *core) priority(ctx context.Context, r *route) Priority {
 	if i := strings.LastIndexByte(last, ','); i >= 0 {
 		last = last[i+1:]
 	}
-	p, ok := ParsePriority(last)
+	p, ok := parsePriority(last)
 	if !ok {
 		return r.gate.priority
 	}

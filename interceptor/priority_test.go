@@ -277,12 +277,12 @@ func TestPriorityErrors(t *testing.T) {
 
 func TestParsePriority(t *testing.T) {
 	for in, want := range map[string]Priority{"critical": PriorityCritical, " SHEDDABLE ": PrioritySheddable, "Default": PriorityDefault} {
-		p, ok := ParsePriority(in)
+		p, ok := parsePriority(in)
 		assert.True(t, ok, in)
 		assert.Equal(t, want, p, in)
 		assert.Equal(t, strings.TrimSpace(strings.ToLower(in)), p.String())
 	}
-	_, ok := ParsePriority("high")
+	_, ok := parsePriority("high")
 	assert.False(t, ok)
 	assert.Equal(t, "Priority(5)", Priority(5).String())
 }

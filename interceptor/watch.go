@@ -19,7 +19,7 @@ type Reloader interface {
 // extra (settings a file cannot express, such as WithClassifier). Reload
 // layers them over the options r was built with: what the file does not
 // set stays as built. A file that cannot be read, is larger than
-// MaxConfigSize or is invalid changes nothing: the error goes to onError
+// 1 MiB or is invalid changes nothing: the error goes to onError
 // (log.Printf when nil) and the running configuration stays until a good
 // file appears. The file's contents when WatchConfig starts are taken as
 // already applied. It returns ctx's error when ctx is done, or an error at
