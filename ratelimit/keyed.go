@@ -58,6 +58,7 @@ const gcraShards = 64
 // Time is the process's monotonic clock, so a change of the wall clock
 // neither grants nor withholds requests. Time in a Keyed never runs
 // backwards: a clock stepped back grants no key its burst back early.
+// See docs/design.md for why GCRA.
 //
 // All methods are safe for concurrent use.
 type Keyed struct {
