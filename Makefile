@@ -30,7 +30,7 @@ BENCH_OUT := $(CURDIR)/bench-out
 bench:
 	@set -e; mkdir -p $(BENCH_OUT); start=$$(date +%s); \
 	echo "== root module micro benchmarks (6 runs) > bench-out/root.txt"; \
-	$(GO) test -run '^$$' -bench . -benchmem -count=6 ./limiter ./interceptor > $(BENCH_OUT)/root.txt 2>&1 || \
+	$(GO) test -run '^$$' -bench . -benchmem -count=6 ./limiter ./ratelimit ./interceptor > $(BENCH_OUT)/root.txt 2>&1 || \
 		{ cat $(BENCH_OUT)/root.txt; exit 1; }; \
 	(cd $(BENCH_OUT) && $(TOOL) benchstat root.txt) | tee $(BENCH_OUT)/root.benchstat.txt; \
 	echo "== bench/ micro and overhead benchmarks (6 runs) > bench-out/peers.txt"; \
@@ -92,7 +92,7 @@ bench-early:
 ## fuzz: every fuzz target of the root module for FUZZTIME each; the seed
 ## corpora in each package's testdata/fuzz run with plain `go test` too.
 FUZZTIME ?= 10s
-FUZZ_TARGETS = $(shell grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' limiter interceptor | sed 's#/[^/]*_test.go:func #:#')
+FUZZ_TARGETS = $(shell grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' limiter ratelimit interceptor | sed 's#/[^/]*_test.go:func #:#')
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // BenchmarkRateAllow compares a non-blocking rate check: sluice's
@@ -14,7 +14,7 @@ import (
 // with a rate high enough that every call is allowed.
 func BenchmarkRateAllow(b *testing.B) {
 	b.Run("sluice", func(b *testing.B) {
-		tb, err := limiter.NewTokenBucket(1e12, math.MaxInt32)
+		tb, err := ratelimit.NewBucket(1e12, math.MaxInt32)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,13 +12,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/internal/testpb"
-	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // countingLimiter is a CallerLimiter that records the refunds it gets,
-// deciding with a local KeyedGCRA.
+// deciding with a local Keyed.
 type countingLimiter struct {
-	*limiter.KeyedGCRA
+	*ratelimit.Keyed
 	mu       sync.Mutex
 	refunded []string
 }
@@ -27,16 +27,16 @@ func (l *countingLimiter) Refund(key string) {
 	l.mu.Lock()
 	l.refunded = append(l.refunded, key)
 	l.mu.Unlock()
-	l.KeyedGCRA.Refund(key)
+	l.Keyed.Refund(key)
 }
 
-// TestWithCallerLimiter plugs the local KeyedGCRA in through the
+// TestWithCallerLimiter plugs the local Keyed in through the
 // CallerLimiter hook: callers are limited as with WithCallerRateLimit, and
 // a call a later check rejects is refunded to the CallerLimiter.
 func TestWithCallerLimiter(t *testing.T) {
-	g, err := limiter.NewKeyedGCRA(0.001, 1)
+	g, err := ratelimit.NewKeyed(0.001, 1)
 	require.NoError(t, err)
-	l := &countingLimiter{KeyedGCRA: g}
+	l := &countingLimiter{Keyed: g}
 	e := newEnv(t, &testpb.Service{}, envConfig{
 		server: []Option{
 			WithCallerLimiter(MetadataKey("x-api-key"), l),
@@ -68,7 +68,7 @@ func TestWithCallerLimiter(t *testing.T) {
 		}
 		e.awaitRejection(t, "server:"+tt.reason)
 		if tt.reason == "caller_rate" {
-			assert.Contains(t, status.Convert(err).Message(), "caller quota KeyedGCRA(rate=0.001/s, burst=1) exceeded")
+			assert.Contains(t, status.Convert(err).Message(), "caller quota Keyed(rate=0.001/s, burst=1) exceeded")
 			assert.Greater(t, retryInfo(t, err), 900*time.Second)
 		}
 	}
@@ -81,7 +81,7 @@ func TestWithCallerLimiter(t *testing.T) {
 }
 
 func TestWithCallerLimiterErrors(t *testing.T) {
-	g, err := limiter.NewKeyedGCRA(1, 1)
+	g, err := ratelimit.NewKeyed(1, 1)
 	require.NoError(t, err)
 	tests := []struct {
 		name   string
@@ -112,7 +112,7 @@ func TestWithCallerLimiterErrors(t *testing.T) {
 // TestWithCallerLimiterLastWins: the last of WithCallerRateLimit and
 // WithCallerLimiter is the quota, and a Reload keeps a CallerLimiter as is.
 func TestWithCallerLimiterLastWins(t *testing.T) {
-	g, err := limiter.NewKeyedGCRA(1, 1)
+	g, err := ratelimit.NewKeyed(1, 1)
 	require.NoError(t, err)
 	s, err := NewServer(WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 5}), WithCallerLimiter(PeerIP, g))
 	require.NoError(t, err)

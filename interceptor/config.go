@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // LoadConfig reads a configuration file, the protobuf JSON form of
@@ -518,9 +519,9 @@ func cfgCamel(s string) string {
 func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit) {
 	r := cl.GetRateLimit()
 	rate, burst := r.GetPerSecond(), r.GetBurst()
-	rateOK := rate >= limiter.MinGCRARate && rate <= limiter.MaxGCRARate
+	rateOK := rate >= ratelimit.MinRate && rate <= ratelimit.MaxRate
 	if !rateOK {
-		ps.add(path+".rate_limit.per_second", "%v is not in [%g, %g]: each caller's quota is required", rate, limiter.MinGCRARate, limiter.MaxGCRARate)
+		ps.add(path+".rate_limit.per_second", "%v is not in [%g, %g]: each caller's quota is required", rate, ratelimit.MinRate, ratelimit.MaxRate)
 	}
 	switch {
 	case burst < 0:

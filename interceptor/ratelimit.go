@@ -12,11 +12,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // A RateLimit caps how many calls per second are admitted, beside the
 // concurrency limit. A full bucket admits Burst calls at once, then calls
-// are admitted at PerSecond (limiter.TokenBucket). The zero RateLimit
+// are admitted at PerSecond (ratelimit.Bucket). The zero RateLimit
 // imposes none.
 //
 // A concurrency limit adapts to what the service can do now; a rate limit
@@ -64,7 +65,7 @@ const DefaultMaxCallers = 100_000
 // is DefaultMaxCallers. A new caller is never refused because the table
 // is full: the callers forgotten first are those back at a full burst,
 // who lose nothing; then those nearest to a full burst (see
-// limiter.WithMaxKeys). Size it above the callers you expect within one
+// ratelimit.WithMaxKeys). Size it above the callers you expect within one
 // burst window, so that only a flood makes anyone forget.
 func WithMaxCallers(n int) Option {
 	return func(c *config) {
@@ -77,7 +78,7 @@ func WithMaxCallers(n int) Option {
 }
 
 // WithCallerRateLimit limits each caller, as named by key, to r: a
-// per-caller quota on top of the method limits (limiter.KeyedGCRA). It is
+// per-caller quota on top of the method limits (ratelimit.Keyed). It is
 // a server option. The quota is checked before the method's rate and its
 // concurrency limit, so a caller over its quota spends nothing the
 // method's other callers share; a call a later check rejects gets its
@@ -95,7 +96,7 @@ func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
 }
 
 // A CallerLimiter decides per-caller quotas for WithCallerLimiter. It is
-// the contract of limiter.KeyedGCRA, which satisfies it: Allow decides and
+// the contract of ratelimit.Keyed, which satisfies it: Allow decides and
 // counts one call of key (an error means no decision could be made, and
 // the call is let through; the concurrency limit still protects), and
 // Refund gives back a call Allow admitted that a later check rejected.
@@ -106,12 +107,12 @@ func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
 // example in a store shared by every replica (see the redis module), so
 // that a quota holds for the whole fleet rather than per replica.
 type CallerLimiter interface {
-	Allow(key string) (limiter.Decision, error)
+	Allow(key string) (ratelimit.Decision, error)
 	Refund(key string)
 }
 
 // WithCallerLimiter is WithCallerRateLimit with a quota decided by l
-// instead of a limiter.KeyedGCRA of this process: each caller, as named by
+// instead of a ratelimit.Keyed of this process: each caller, as named by
 // key, is admitted as l decides, and rejected calls are answered as
 // WithCallerRateLimit answers them. WithMaxCallers does not apply: l bounds
 // its own memory. Of WithCallerRateLimit and WithCallerLimiter, the last
@@ -134,9 +135,9 @@ type callerLimit struct {
 	key        KeyFunc
 	rate       RateLimit
 	maxCallers int
-	gcra       *limiter.KeyedGCRA // the quota of this process, nil with WithCallerLimiter
-	lim        CallerLimiter      // decides: gcra, or WithCallerLimiter's
-	what       string             // the quota, as rejections describe it
+	gcra       *ratelimit.Keyed // the quota of this process, nil with WithCallerLimiter
+	lim        CallerLimiter    // decides: gcra, or WithCallerLimiter's
+	what       string           // the quota, as rejections describe it
 }
 
 func newCallerLimit(c *config) (*callerLimit, error) {
@@ -157,7 +158,7 @@ func newCallerLimit(c *config) (*callerLimit, error) {
 	if maxCallers == 0 {
 		maxCallers = DefaultMaxCallers
 	}
-	g, err := limiter.NewKeyedGCRA(c.callerRate.PerSecond, c.callerRate.burst(), limiter.WithMaxKeys(maxCallers))
+	g, err := ratelimit.NewKeyed(c.callerRate.PerSecond, c.callerRate.burst(), ratelimit.WithMaxKeys(maxCallers))
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: %w", err)
 	}
@@ -166,11 +167,11 @@ func newCallerLimit(c *config) (*callerLimit, error) {
 }
 
 // newBucket returns the token bucket of a Limit, nil if it has no rate.
-func newBucket(r RateLimit) (*limiter.TokenBucket, error) {
+func newBucket(r RateLimit) (*ratelimit.Bucket, error) {
 	if !r.enabled() {
 		return nil, nil
 	}
-	return limiter.NewTokenBucket(r.PerSecond, r.burst())
+	return ratelimit.NewBucket(r.PerSecond, r.burst())
 }
 
 // take charges the caller of a call of fullMethod one token of its quota.
@@ -197,7 +198,7 @@ func (cl *callerLimit) take(ctx context.Context, fullMethod string) (ch charged,
 // later check turns the call away, so that a call not served spends
 // neither its caller's quota nor the method's rate.
 type charged struct {
-	bucket *limiter.TokenBucket
+	bucket *ratelimit.Bucket
 	gcra   CallerLimiter
 	key    string
 }

@@ -155,9 +155,9 @@ func TestRateLimitErrors(t *testing.T) {
 		want   string
 	}{
 		{"negative rate", []Option{WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: -1}})}, false,
-			`interceptor: WithMethod("/sluice.test.v1.TestService/Unary"): Limit.Rate: limiter: TokenBucket rate is -1, must be a finite number > 0`},
+			`interceptor: WithMethod("/sluice.test.v1.TestService/Unary"): Limit.Rate: ratelimit: Bucket rate is -1, must be a finite number > 0`},
 		{"negative burst", []Option{WithDefault(Limit{Rate: RateLimit{PerSecond: 5, Burst: -2}})}, false,
-			`interceptor: WithDefault: Limit.Rate: limiter: TokenBucket capacity is -2, must be >= 1`},
+			`interceptor: WithDefault: Limit.Rate: ratelimit: Bucket burst is -2, must be >= 1`},
 		{"nil key func", []Option{WithCallerRateLimit(nil, RateLimit{PerSecond: 1})}, false,
 			`interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own`},
 		{"zero caller rate", []Option{WithCallerRateLimit(PeerIP, RateLimit{})}, false,

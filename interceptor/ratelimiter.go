@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // A RateLimiter is sluice's rate limiting on its own, without the
@@ -27,8 +27,8 @@ import (
 // WithCallerRateLimit. A RateLimiter is safe for concurrent use.
 type RateLimiter struct {
 	rate    RateLimit
-	bucket  *limiter.TokenBucket // nil: no shared rate
-	callers *callerLimit         // nil: no caller quota
+	bucket  *ratelimit.Bucket // nil: no shared rate
+	callers *callerLimit      // nil: no caller quota
 }
 
 // A RateLimiterOption configures a RateLimiter.

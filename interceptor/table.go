@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // maxRoutes bounds how many distinct method names get a route (and a
@@ -32,7 +33,7 @@ type gate struct {
 	// bucket enforces rate, if the Limit has one.
 	omu      sync.Mutex // guards ovr
 	ovr      *override  // the operator's override, if any
-	bucket   *limiter.TokenBucket
+	bucket   *ratelimit.Bucket
 	rate     RateLimit
 	priority Priority
 	// dryRun lets every call through while recording the decisions.

@@ -26,5 +26,6 @@
 // ErrLimitExceeded, which is what an overloaded service should do.
 //
 // The package imports nothing of gRPC; package interceptor builds gRPC
-// interceptors on it.
+// interceptors on it. Rate limits (requests per second, with bursts) are
+// in package ratelimit.
 package limiter

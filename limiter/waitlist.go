@@ -15,8 +15,8 @@ type linked[W any] interface {
 	linksOf() *links[W]
 }
 
-// waitList is an intrusive doubly linked list of waiters, shared by
-// Limiter (permits) and TokenBucket (tokens).
+// waitList is the intrusive doubly linked list of the callers waiting for
+// a Limiter's permits.
 type waitList[W any, P linked[W]] struct {
 	head, tail *W
 }

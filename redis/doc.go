@@ -4,7 +4,7 @@
 // With interceptor.WithCallerRateLimit each replica counts its callers on
 // its own: behind a load balancer that spreads a caller over N replicas,
 // a quota of 100 calls per second becomes N × 100. A Limiter counts them
-// in one Redis instead, with the algorithm of limiter.KeyedGCRA, one
+// in one Redis instead, with the algorithm of ratelimit.Keyed, one
 // atomic script per decision on Redis's own clock:
 //
 //	rdb := goredis.NewClient(&goredis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})

@@ -6,19 +6,14 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
-
-// localClock is a limiter.Clock for a local KeyedGCRA, stepped with a
-// stepClock so that both limiters see the same time.
-type localClock struct{ c *stepClock }
-
-func (l localClock) Now() (time.Time, error) { return time.UnixMicro(l.c.now()), nil }
 
 func TestClockBackwards(t *testing.T) {
 	s := startRedis(t)
@@ -27,14 +22,14 @@ func TestClockBackwards(t *testing.T) {
 	require.True(t, allow(t, l, "k").Allowed)
 
 	clk.Step(-10 * time.Second)
-	assert.Equal(t, limiter.Decision{RetryAfter: 11 * time.Second}, allow(t, l, "k"),
+	assert.Equal(t, ratelimit.Decision{RetryAfter: 11 * time.Second}, allow(t, l, "k"),
 		"no burst back: the wait is measured on the clock, which must catch up")
 	assert.True(t, allow(t, l, "other").Allowed, "a new key has its burst whatever the clock")
 
 	clk.Step(10 * time.Second)
-	assert.Equal(t, limiter.Decision{RetryAfter: time.Second}, allow(t, l, "k"))
+	assert.Equal(t, ratelimit.Decision{RetryAfter: time.Second}, allow(t, l, "k"))
 	clk.Step(time.Second)
-	assert.Equal(t, limiter.Decision{Allowed: true}, allow(t, l, "k"))
+	assert.Equal(t, ratelimit.Decision{Allowed: true}, allow(t, l, "k"))
 	assert.False(t, allow(t, l, "k").Allowed)
 }
 
@@ -67,30 +62,46 @@ func TestBackwardsGrantsNothing(t *testing.T) {
 	assert.Positive(t, shakyN)
 }
 
-// TestDecidesLikeKeyedGCRA replays one random history of requests and
-// refunds on a local KeyedGCRA and on Redis, on the same clock: every
-// decision is the same.
-func TestDecidesLikeKeyedGCRA(t *testing.T) {
+// TestDecidesLikeKeyed replays one random history of requests and refunds
+// on a local ratelimit.Keyed, under testing/synctest's virtual time, then
+// on Redis, on a clock stepped alike: every decision is the same.
+func TestDecidesLikeKeyed(t *testing.T) {
 	s := startRedis(t)
 	for _, tt := range []struct {
 		rate  float64
 		burst int
 	}{{5, 3}, {1000, 20}, {0.5, 1}} {
 		t.Run(fmt.Sprintf("%v/s burst %d", tt.rate, tt.burst), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(3, 4))
-			r, clk := newStepLimiter(t, s, tt.rate, tt.burst)
-			local, err := limiter.NewKeyedGCRA(tt.rate, tt.burst, limiter.WithGCRAClock(localClock{clk}))
-			require.NoError(t, err)
-			step := time.Duration(float64(time.Second) / tt.rate / 2)
-			for i := range 1500 {
-				clk.Step(time.Duration(rng.Int64N(int64(step))).Truncate(time.Microsecond))
-				key := strconv.Itoa(rng.IntN(10))
-				want, err := local.Allow(key)
+			type request struct {
+				step   time.Duration
+				key    string
+				want   ratelimit.Decision
+				refund bool
+			}
+			var history []request
+			synctest.Test(t, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(3, 4))
+				local, err := ratelimit.NewKeyed(tt.rate, tt.burst)
 				require.NoError(t, err)
-				require.Equal(t, want, allow(t, r, key), "request %d", i)
-				if want.Allowed && rng.IntN(5) == 0 {
-					local.Refund(key)
-					r.Refund(key)
+				step := time.Duration(float64(time.Second) / tt.rate / 2)
+				for range 1500 {
+					r := request{step: time.Duration(rng.Int64N(int64(step))).Truncate(time.Microsecond), key: strconv.Itoa(rng.IntN(10))}
+					time.Sleep(r.step) // virtual: passes at once, exactly
+					r.want, err = local.Allow(r.key)
+					require.NoError(t, err)
+					if r.want.Allowed && rng.IntN(5) == 0 {
+						local.Refund(r.key)
+						r.refund = true
+					}
+					history = append(history, r)
+				}
+			})
+			l, clk := newStepLimiter(t, s, tt.rate, tt.burst)
+			for i, r := range history {
+				clk.Step(r.step)
+				require.Equal(t, r.want, allow(t, l, r.key), "request %d", i)
+				if r.refund {
+					l.Refund(r.key)
 				}
 			}
 		})

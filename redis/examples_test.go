@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 	sluiceredis "github.com/sluice-go/sluice/redis"
 )
 
@@ -24,7 +24,7 @@ func Example() {
 	defer rdb.Close()
 
 	const replicas = 3
-	fallback, err := limiter.NewKeyedGCRA(100.0/replicas, 200/replicas, limiter.WithMaxKeys(100_000))
+	fallback, err := ratelimit.NewKeyed(100.0/replicas, 200/replicas, ratelimit.WithMaxKeys(100_000))
 	if err != nil {
 		log.Fatal(err)
 	}

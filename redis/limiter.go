@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // Bounds and defaults of a Limiter's configuration.
@@ -40,7 +40,7 @@ const (
 	DefaultBackoff = time.Second
 
 	// DefaultFallbackKeys bounds the keys of the default fallback limiter
-	// (see limiter.WithMaxKeys).
+	// (see ratelimit.WithMaxKeys).
 	DefaultFallbackKeys = 100_000
 
 	// maxWindow bounds burst/rate in microseconds, so that a TAT next to a
@@ -79,7 +79,7 @@ type config struct {
 	timeout  time.Duration
 	backoff  time.Duration
 	policy   policy
-	fallback *limiter.KeyedGCRA
+	fallback *ratelimit.Keyed
 	provider metric.MeterProvider
 	errs     []error
 }
@@ -137,12 +137,12 @@ func WithFailClosed() Option {
 }
 
 // WithFallback decides with g, a limiter of this process, while Redis
-// cannot decide. It is the default, with a KeyedGCRA of the Limiter's rate
-// and burst (DefaultFallbackKeys keys at most): each replica then enforces
-// the quota on its own, as without Redis, so a fleet of N admits up to N
-// times the quota. Give g a rate divided by the number of replicas to
-// keep to the quota instead. g's state is not shared with Redis.
-func WithFallback(g *limiter.KeyedGCRA) Option {
+// cannot decide. It is the default, with a ratelimit.Keyed of the
+// Limiter's rate and burst (DefaultFallbackKeys keys at most): each
+// replica then enforces the quota on its own, as without Redis, so a
+// fleet of N admits up to N times the quota. Give g a rate divided by the
+// number of replicas to keep to the quota instead. g's state is not shared with Redis.
+func WithFallback(g *ratelimit.Keyed) Option {
 	return func(c *config) {
 		if g == nil {
 			c.errs = append(c.errs, errors.New("redis: WithFallback: the limiter is nil; use WithFailOpen or WithFailClosed for no fallback limiter"))
@@ -159,7 +159,7 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 }
 
 // A Limiter is a per-key quota shared by every process that uses the same
-// Redis and prefix: the fleet-wide counterpart of limiter.KeyedGCRA, with
+// Redis and prefix: the fleet-wide counterpart of ratelimit.Keyed, with
 // the same algorithm and the same Decision. Plug it into a server with
 // interceptor.WithCallerLimiter.
 //
@@ -297,7 +297,7 @@ func New(client goredis.Scripter, rate float64, burst int, opts ...Option) (*Lim
 		return nil, errors.Join(errs...)
 	}
 	if c.policy == policyFallback && c.fallback == nil {
-		g, err := limiter.NewKeyedGCRA(rate, burst, limiter.WithMaxKeys(DefaultFallbackKeys))
+		g, err := ratelimit.NewKeyed(rate, burst, ratelimit.WithMaxKeys(DefaultFallbackKeys))
 		if err != nil {
 			return nil, fmt.Errorf("redis: the fallback limiter: %w", err)
 		}
@@ -357,22 +357,22 @@ func (l *Limiter) key(key string) string {
 // Allow is AllowContext without a context of the caller's: the decision
 // is still bounded by WithTimeout. It makes Limiter an
 // interceptor.CallerLimiter.
-func (l *Limiter) Allow(key string) (limiter.Decision, error) {
+func (l *Limiter) Allow(key string) (ratelimit.Decision, error) {
 	return l.AllowContext(context.Background(), key)
 }
 
 // AllowContext decides whether key may send a request now and, if so,
-// counts it, with the semantics of limiter.KeyedGCRA.Allow: a denied
+// counts it, with the semantics of ratelimit.Keyed.Allow: a denied
 // request is not counted, and RetryAfter is then the time until the
 // request would be allowed, by Redis's clock, to the microsecond.
 //
 // When Redis fails or does not answer within WithTimeout (or ctx ends
 // first), the failure policy decides, and the error is nil: the decision
 // was made, only not by Redis. The error is non-nil only for the empty key
-// (limiter.ErrEmptyKey).
-func (l *Limiter) AllowContext(ctx context.Context, key string) (limiter.Decision, error) {
+// (ratelimit.ErrEmptyKey).
+func (l *Limiter) AllowContext(ctx context.Context, key string) (ratelimit.Decision, error) {
 	if key == "" {
-		return limiter.Decision{}, limiter.ErrEmptyKey
+		return ratelimit.Decision{}, ratelimit.ErrEmptyKey
 	}
 	if l.tryRedis() {
 		d, err := l.allowRedis(ctx, key)
@@ -419,7 +419,7 @@ func (l *Limiter) noteResult(err error) {
 	}
 }
 
-func (l *Limiter) allowRedis(ctx context.Context, key string) (limiter.Decision, error) {
+func (l *Limiter) allowRedis(ctx context.Context, key string) (ratelimit.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	args := []any{l.interval, l.window}
@@ -428,36 +428,36 @@ func (l *Limiter) allowRedis(ctx context.Context, key string) (limiter.Decision,
 	}
 	res, err := allowScript.Run(ctx, l.client, []string{l.key(key)}, args...).Int64Slice()
 	if err != nil {
-		return limiter.Decision{}, err
+		return ratelimit.Decision{}, err
 	}
 	if len(res) != 3 {
-		return limiter.Decision{}, fmt.Errorf("redis: the script returned %d values, want 3", len(res))
+		return ratelimit.Decision{}, fmt.Errorf("redis: the script returned %d values, want 3", len(res))
 	}
 	if res[0] == 1 {
-		return limiter.Decision{Allowed: true, Remaining: int(res[2])}, nil
+		return ratelimit.Decision{Allowed: true, Remaining: int(res[2])}, nil
 	}
-	return limiter.Decision{RetryAfter: time.Duration(res[1]) * time.Microsecond}, nil
+	return ratelimit.Decision{RetryAfter: time.Duration(res[1]) * time.Microsecond}, nil
 }
 
 // failed decides by the failure policy.
-func (l *Limiter) failed(key string) (limiter.Decision, error) {
+func (l *Limiter) failed(key string) (ratelimit.Decision, error) {
 	switch l.cfg.policy {
 	case policyOpen:
 		l.count(SourceFailOpen, true)
-		return limiter.Decision{Allowed: true}, nil
+		return ratelimit.Decision{Allowed: true}, nil
 	case policyClosed:
 		wait := time.Duration(l.downUntil.Load()) - time.Since(l.start)
 		if wait <= 0 {
 			wait = l.cfg.backoff
 		}
 		l.count(SourceFailClosed, false)
-		return limiter.Decision{RetryAfter: wait}, nil
+		return ratelimit.Decision{RetryAfter: wait}, nil
 	}
 	d, err := l.cfg.fallback.Allow(key)
 	if err != nil {
 		// The fallback's clock failed: nothing can decide, admit.
 		l.count(SourceFailOpen, true)
-		return limiter.Decision{Allowed: true}, nil
+		return ratelimit.Decision{Allowed: true}, nil
 	}
 	l.count(SourceFallback, d.Allowed)
 	return d, nil

@@ -16,10 +16,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
-// Limiter is a CallerLimiter, like the local KeyedGCRA.
+// Limiter is a CallerLimiter, like the local ratelimit.Keyed.
 var _ interceptor.CallerLimiter = (*Limiter)(nil)
 
 // stepClock is a clock in µs that a test moves by hand, in place of
@@ -43,7 +43,7 @@ func newStepLimiter(t *testing.T, s *redisServer, rate float64, burst int, opts 
 	return l, clk
 }
 
-func allow(t *testing.T, l *Limiter, key string) limiter.Decision {
+func allow(t *testing.T, l *Limiter, key string) ratelimit.Decision {
 	t.Helper()
 	d, err := l.Allow(key)
 	require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// The cases below are those of the local KeyedGCRA, run against Redis.
+// The cases below are those of the local ratelimit.Keyed, run against Redis.
 
 func TestBurstThenRate(t *testing.T) {
 	s := startRedis(t)
@@ -113,7 +113,7 @@ func TestBurstThenRate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l, clk := newStepLimiter(t, s, tt.rate, tt.burst)
 			for i := range tt.burst {
-				assert.Equal(t, limiter.Decision{Allowed: true, Remaining: tt.burst - 1 - i}, allow(t, l, "k"))
+				assert.Equal(t, ratelimit.Decision{Allowed: true, Remaining: tt.burst - 1 - i}, allow(t, l, "k"))
 			}
 			d := allow(t, l, "k")
 			assert.False(t, d.Allowed, "the burst is spent")
@@ -149,12 +149,12 @@ func TestRetryAfterIsExact(t *testing.T) {
 				if d.RetryAfter > time.Microsecond {
 					clk.Step(d.RetryAfter - time.Microsecond)
 					early := allow(t, l, "k")
-					require.Equal(t, limiter.Decision{RetryAfter: time.Microsecond}, early, "rate %v burst %d: 1 µs early", rate, burst)
+					require.Equal(t, ratelimit.Decision{RetryAfter: time.Microsecond}, early, "rate %v burst %d: 1 µs early", rate, burst)
 					clk.Step(time.Microsecond)
 				} else {
 					clk.Step(d.RetryAfter)
 				}
-				require.Equal(t, limiter.Decision{Allowed: true}, allow(t, l, "k"), "rate %v burst %d", rate, burst)
+				require.Equal(t, ratelimit.Decision{Allowed: true}, allow(t, l, "k"), "rate %v burst %d", rate, burst)
 			}
 		}
 	}
@@ -177,8 +177,8 @@ func TestEmptyKey(t *testing.T) {
 	s := startRedis(t)
 	l, _ := newStepLimiter(t, s, 1, 1)
 	d, err := l.Allow("")
-	assert.ErrorIs(t, err, limiter.ErrEmptyKey)
-	assert.Equal(t, limiter.Decision{}, d)
+	assert.ErrorIs(t, err, ratelimit.ErrEmptyKey)
+	assert.Equal(t, ratelimit.Decision{}, d)
 	l.Refund("") // nothing to do
 }
 
@@ -191,10 +191,10 @@ func TestRefund(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n)
 
-	assert.Equal(t, limiter.Decision{Allowed: true, Remaining: 1}, allow(t, l, "k"))
-	assert.Equal(t, limiter.Decision{Allowed: true, Remaining: 0}, allow(t, l, "k"))
+	assert.Equal(t, ratelimit.Decision{Allowed: true, Remaining: 1}, allow(t, l, "k"))
+	assert.Equal(t, ratelimit.Decision{Allowed: true, Remaining: 0}, allow(t, l, "k"))
 	l.Refund("k")
-	assert.Equal(t, limiter.Decision{Allowed: true, Remaining: 0}, allow(t, l, "k"), "the refunded request is back")
+	assert.Equal(t, ratelimit.Decision{Allowed: true, Remaining: 0}, allow(t, l, "k"), "the refunded request is back")
 	assert.False(t, allow(t, l, "k").Allowed)
 
 	// A refund that gives the key its whole burst back forgets it.
@@ -203,7 +203,7 @@ func TestRefund(t *testing.T) {
 	n, err = c.DBSize(t.Context()).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "a key at its full burst is deleted")
-	assert.Equal(t, limiter.Decision{Allowed: true, Remaining: 1}, allow(t, l, "k"))
+	assert.Equal(t, ratelimit.Decision{Allowed: true, Remaining: 1}, allow(t, l, "k"))
 }
 
 // TestKeysExpireWhenFull: Redis forgets a key when it would have its
@@ -229,7 +229,7 @@ func TestKeysExpireWhenFull(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, poll(ctx, func() bool { return c.Exists(ctx, keys[0]).Val() == 0 }), "the key expires")
-	assert.Equal(t, limiter.Decision{Allowed: true, Remaining: 1}, allow(t, l, "alice"), "with its whole burst back")
+	assert.Equal(t, ratelimit.Decision{Allowed: true, Remaining: 1}, allow(t, l, "alice"), "with its whole burst back")
 }
 
 // TestReplicasShareTheQuota: three limiters with clients of their own, as
@@ -371,10 +371,10 @@ func TestSlowRedis(t *testing.T) {
 
 // allowWithin calls Allow and fails the test if it has not returned
 // within d: a decision must never hang.
-func allowWithin(t *testing.T, l *Limiter, key string, d time.Duration) limiter.Decision {
+func allowWithin(t *testing.T, l *Limiter, key string, d time.Duration) ratelimit.Decision {
 	t.Helper()
 	type result struct {
-		d   limiter.Decision
+		d   ratelimit.Decision
 		err error
 	}
 	ch := make(chan result, 1)
@@ -390,7 +390,7 @@ func allowWithin(t *testing.T, l *Limiter, key string, d time.Duration) limiter.
 		return r.d
 	case <-timer.C:
 		require.FailNow(t, "Allow hung", "no decision within %v", d)
-		return limiter.Decision{}
+		return ratelimit.Decision{}
 	}
 }
 

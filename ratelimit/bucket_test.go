@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 )
 
 // newStepBucket returns a bucket on a clock the test steps by hand.
-func newStepBucket(t *testing.T, rate float64, capacity int) (*TokenBucket, *stepClock) {
+func newStepBucket(t *testing.T, rate float64, burst int) (*Bucket, *stepClock) {
 	t.Helper()
 	clk := newStepClock()
-	b, err := NewTokenBucket(rate, capacity, WithTokenBucketClock(clk.Time))
+	b, err := newBucket(rate, burst, clk.Time)
 	require.NoError(t, err)
 	return b, clk
 }
@@ -27,61 +27,59 @@ func newStepBucket(t *testing.T, rate float64, capacity int) (*TokenBucket, *ste
 // passes at once, when every goroutine of the bubble is blocked.
 func elapse(d time.Duration) { <-time.After(d) }
 
-func TestTokenBucketConfigErrors(t *testing.T) {
+func TestBucketConfigErrors(t *testing.T) {
 	for _, tt := range []struct {
-		name     string
-		rate     float64
-		capacity int
-		want     string
+		name  string
+		rate  float64
+		burst int
+		want  string
 	}{
-		{"negative rate", -1, 1, "limiter: TokenBucket rate is -1, must be a finite number > 0"},
-		{"zero rate", 0, 1, "limiter: TokenBucket rate is 0, must be a finite number > 0"},
-		{"NaN rate", math.NaN(), 1, "limiter: TokenBucket rate is NaN, must be a finite number > 0"},
-		{"infinite rate", math.Inf(1), 1, "limiter: TokenBucket rate is +Inf, must be a finite number > 0"},
-		{"zero capacity", 1, 0, "limiter: TokenBucket capacity is 0, must be >= 1"},
-		{"negative capacity", 1, -3, "limiter: TokenBucket capacity is -3, must be >= 1"},
-		{"both", -2, 0, "limiter: TokenBucket rate is -2, must be a finite number > 0\n" +
-			"limiter: TokenBucket capacity is 0, must be >= 1"},
+		{"negative rate", -1, 1, "ratelimit: Bucket rate is -1, must be a finite number > 0"},
+		{"zero rate", 0, 1, "ratelimit: Bucket rate is 0, must be a finite number > 0"},
+		{"NaN rate", math.NaN(), 1, "ratelimit: Bucket rate is NaN, must be a finite number > 0"},
+		{"infinite rate", math.Inf(1), 1, "ratelimit: Bucket rate is +Inf, must be a finite number > 0"},
+		{"zero burst", 1, 0, "ratelimit: Bucket burst is 0, must be >= 1"},
+		{"negative burst", 1, -3, "ratelimit: Bucket burst is -3, must be >= 1"},
+		{"both", -2, 0, "ratelimit: Bucket rate is -2, must be a finite number > 0\n" +
+			"ratelimit: Bucket burst is 0, must be >= 1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := NewTokenBucket(tt.rate, tt.capacity)
+			b, err := NewBucket(tt.rate, tt.burst)
 			assert.Nil(t, b)
 			require.EqualError(t, err, tt.want)
-			var ce *ConfigError
-			assert.ErrorAs(t, err, &ce)
 		})
 	}
 }
 
-func TestTokenBucketSettersRefuseBadValues(t *testing.T) {
+func TestBucketSettersRefuseBadValues(t *testing.T) {
 	b, _ := newStepBucket(t, 5, 2)
-	assert.EqualError(t, b.SetRate(-1), "limiter: TokenBucket rate is -1, must be a finite number > 0")
-	assert.EqualError(t, b.SetRate(math.Inf(1)), "limiter: TokenBucket rate is +Inf, must be a finite number > 0")
-	assert.EqualError(t, b.SetCapacity(0), "limiter: TokenBucket capacity is 0, must be >= 1")
+	assert.EqualError(t, b.SetRate(-1), "ratelimit: Bucket rate is -1, must be a finite number > 0")
+	assert.EqualError(t, b.SetRate(math.Inf(1)), "ratelimit: Bucket rate is +Inf, must be a finite number > 0")
+	assert.EqualError(t, b.SetBurst(0), "ratelimit: Bucket burst is 0, must be >= 1")
 	assert.Equal(t, 5.0, b.Rate(), "a refused rate leaves the rate alone")
-	assert.Equal(t, 2, b.Capacity(), "a refused capacity leaves the capacity alone")
-	assert.Equal(t, "TokenBucket(rate=5/s, capacity=2)", b.String())
+	assert.Equal(t, 2, b.Burst(), "a refused burst leaves the burst alone")
+	assert.Equal(t, "Bucket(rate=5/s, burst=2)", b.String())
 }
 
-func TestTokenBucketBurstThenRate(t *testing.T) {
+func TestBucketBurstThenRate(t *testing.T) {
 	for _, tt := range []struct {
-		name     string
-		rate     float64
-		capacity int
-		step     time.Duration
-		over     time.Duration
-		want     []time.Duration // admission times after the burst
+		name  string
+		rate  float64
+		burst int
+		step  time.Duration
+		over  time.Duration
+		want  []time.Duration // admission times after the burst
 	}{
 		{"10/s", 10, 5, time.Millisecond, 500 * time.Millisecond,
 			[]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond}},
 		{"0.5/s", 0.5, 2, 100 * time.Millisecond, 7 * time.Second,
 			[]time.Duration{2 * time.Second, 4 * time.Second, 6 * time.Second}},
-		{"4/s capacity 1", 4, 1, 50 * time.Millisecond, time.Second,
+		{"4/s burst 1", 4, 1, 50 * time.Millisecond, time.Second,
 			[]time.Duration{250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond, time.Second}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b, clk := newStepBucket(t, tt.rate, tt.capacity)
-			for i := range tt.capacity {
+			b, clk := newStepBucket(t, tt.rate, tt.burst)
+			for i := range tt.burst {
 				require.True(t, b.Allow(), "request %d of the burst", i)
 			}
 			require.False(t, b.Allow(), "the burst is spent")
@@ -99,13 +97,13 @@ func TestTokenBucketBurstThenRate(t *testing.T) {
 	}
 }
 
-// TestTokenBucketRetryAfterIsExact checks the promise of Decision.RetryAfter:
+// TestBucketRetryAfterIsExact checks the promise of Decision.RetryAfter:
 // one nanosecond earlier is too early, the moment itself is admitted.
-func TestTokenBucketRetryAfterIsExact(t *testing.T) {
+func TestBucketRetryAfterIsExact(t *testing.T) {
 	for _, rate := range []float64{0.5, 1, 3, 7, 10, 1000, 12345.678, 1e6, 1e9} {
-		for _, capacity := range []int{1, 3} {
-			b, clk := newStepBucket(t, rate, capacity)
-			for range capacity {
+		for _, burst := range []int{1, 3} {
+			b, clk := newStepBucket(t, rate, burst)
+			for range burst {
 				require.True(t, b.Allow())
 			}
 			first := true
@@ -116,7 +114,7 @@ func TestTokenBucketRetryAfterIsExact(t *testing.T) {
 					assert.Equal(t, time.Duration(math.Ceil(1e9/rate)), d.RetryAfter, "rate %v: one token's time", rate)
 					first = false
 				}
-				assert.Equal(t, d.RetryAfter, b.RetryAfter(), "rate %v", rate)
+				assert.Equal(t, d.RetryAfter, b.retryAfter(), "rate %v", rate)
 				if d.RetryAfter > 1 {
 					clk.Step(d.RetryAfter - 1)
 					require.Equal(t, time.Duration(1), b.Decide().RetryAfter, "rate %v: 1 ns early", rate)
@@ -130,24 +128,24 @@ func TestTokenBucketRetryAfterIsExact(t *testing.T) {
 	}
 }
 
-func TestTokenBucketDecide(t *testing.T) {
+func TestBucketDecide(t *testing.T) {
 	b, clk := newStepBucket(t, 1, 3)
 	assert.Equal(t, Decision{Allowed: true, Remaining: 2}, b.Decide())
 	assert.Equal(t, Decision{Allowed: true, Remaining: 1}, b.Decide())
 	assert.Equal(t, Decision{Allowed: true, Remaining: 0}, b.Decide())
 	assert.Equal(t, Decision{RetryAfter: time.Second}, b.Decide())
-	assert.Equal(t, time.Second, b.RetryAfter(), "a denial is not counted")
+	assert.Equal(t, time.Second, b.retryAfter(), "a denial is not counted")
 
 	clk.Step(250 * time.Millisecond)
-	assert.Equal(t, 0.25, b.Tokens())
+	assert.Equal(t, 0.25, b.available())
 	assert.Equal(t, Decision{RetryAfter: 750 * time.Millisecond}, b.Decide())
 
 	clk.Step(time.Hour)
-	assert.Equal(t, 3.0, b.Tokens(), "the bucket holds no more than its capacity")
-	assert.Equal(t, time.Duration(0), b.RetryAfter())
+	assert.Equal(t, 3.0, b.available(), "the bucket holds no more than its burst")
+	assert.Equal(t, time.Duration(0), b.retryAfter())
 }
 
-func TestTokenBucketSetRate(t *testing.T) {
+func TestBucketSetRate(t *testing.T) {
 	b, clk := newStepBucket(t, 1, 10)
 	for range 10 {
 		require.True(t, b.Allow())
@@ -155,49 +153,49 @@ func TestTokenBucketSetRate(t *testing.T) {
 	clk.Step(500 * time.Millisecond) // half a token, earned at 1/s
 	require.NoError(t, b.SetRate(10))
 	assert.Equal(t, 10.0, b.Rate())
-	assert.Equal(t, 0.5, b.Tokens(), "tokens earned before the change keep the old rate")
-	assert.Equal(t, 50*time.Millisecond, b.RetryAfter(), "the missing half comes at the new rate")
+	assert.Equal(t, 0.5, b.available(), "tokens earned before the change keep the old rate")
+	assert.Equal(t, 50*time.Millisecond, b.retryAfter(), "the missing half comes at the new rate")
 
 	clk.Step(50 * time.Millisecond)
 	assert.True(t, b.Allow())
 
 	require.NoError(t, b.SetRate(0.25))
-	assert.Equal(t, 4*time.Second, b.RetryAfter())
+	assert.Equal(t, 4*time.Second, b.retryAfter())
 }
 
-func TestTokenBucketSetCapacity(t *testing.T) {
+func TestBucketSetBurst(t *testing.T) {
 	b, clk := newStepBucket(t, 1, 10)
-	require.NoError(t, b.SetCapacity(3))
-	assert.Equal(t, 3, b.Capacity())
-	assert.Equal(t, 3.0, b.Tokens(), "lowering the capacity discards the excess")
+	require.NoError(t, b.SetBurst(3))
+	assert.Equal(t, 3, b.Burst())
+	assert.Equal(t, 3.0, b.available(), "lowering the burst discards the excess")
 	for range 3 {
 		require.True(t, b.Allow())
 	}
 	require.False(t, b.Allow())
 
-	require.NoError(t, b.SetCapacity(6))
-	assert.Equal(t, 0.0, b.Tokens(), "raising the capacity adds no tokens")
+	require.NoError(t, b.SetBurst(6))
+	assert.Equal(t, 0.0, b.available(), "raising the burst adds no tokens")
 	clk.Step(time.Minute)
-	assert.Equal(t, 6.0, b.Tokens(), "the new room fills at the rate")
+	assert.Equal(t, 6.0, b.available(), "the new room fills at the rate")
 }
 
-func TestTokenBucketClockBackwards(t *testing.T) {
+func TestBucketClockBackwards(t *testing.T) {
 	b, clk := newStepBucket(t, 1, 2)
 	require.True(t, b.Allow())
 	clk.Step(-10 * time.Second)
 	assert.True(t, b.Allow(), "tokens in hand can be spent whatever the clock")
 	assert.False(t, b.Allow())
-	assert.Equal(t, 11*time.Second, b.RetryAfter(), "the clock must catch up before the bucket refills")
+	assert.Equal(t, 11*time.Second, b.retryAfter(), "the clock must catch up before the bucket refills")
 
 	clk.Step(10 * time.Second) // back where it was: nothing was earned meanwhile
-	assert.Equal(t, 0.0, b.Tokens())
-	assert.Equal(t, time.Second, b.RetryAfter())
+	assert.Equal(t, 0.0, b.available())
+	assert.Equal(t, time.Second, b.retryAfter())
 	clk.Step(time.Second)
 	assert.True(t, b.Allow())
 	assert.False(t, b.Allow())
 }
 
-func TestTokenBucketConcurrentAllow(t *testing.T) {
+func TestBucketConcurrentAllow(t *testing.T) {
 	b, clk := newStepBucket(t, 100, 50)
 	// admitted counts the tokens 8 goroutines get from Allow and Decide
 	// while the clock stands still: every token goes to exactly one call.
@@ -212,8 +210,8 @@ func TestTokenBucketConcurrentAllow(t *testing.T) {
 		wg.Go(func() {
 			for range 100 {
 				assert.NoError(t, b.SetRate(100))
-				assert.NoError(t, b.SetCapacity(50))
-				_, _, _ = b.RetryAfter(), b.Tokens(), b.Waiters()
+				assert.NoError(t, b.SetBurst(50))
+				_, _, _ = b.retryAfter(), b.available(), b.waiters()
 			}
 		})
 		for range 8 {
@@ -235,14 +233,14 @@ func TestTokenBucketConcurrentAllow(t *testing.T) {
 		wg.Wait()
 		return total
 	}
-	assert.Equal(t, 50, admitted(), "a full bucket pays out its capacity, once")
+	assert.Equal(t, 50, admitted(), "a full bucket pays out its burst, once")
 	clk.Step(200 * time.Millisecond)
 	assert.Equal(t, 20, admitted(), "then the rate")
 }
 
-func TestTokenBucketWaitIsFIFO(t *testing.T) {
+func TestBucketWaitIsFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := NewTokenBucket(1, 1)
+		b, err := NewBucket(1, 1)
 		require.NoError(t, err)
 		require.True(t, b.Allow())
 		start := time.Now()
@@ -259,25 +257,25 @@ func TestTokenBucketWaitIsFIFO(t *testing.T) {
 			}()
 			synctest.Wait() // queued in this order
 		}
-		assert.Equal(t, 3, b.Waiters())
+		assert.Equal(t, 3, b.waiters())
 		assert.False(t, b.Allow(), "Allow never overtakes the waiters")
-		assert.Equal(t, 4*time.Second, b.RetryAfter(), "a newcomer comes after the three waiters")
+		assert.Equal(t, 4*time.Second, b.retryAfter(), "a newcomer comes after the three waiters")
 
 		for i := range 3 {
 			assert.Equal(t, admission{i, time.Duration(i+1) * time.Second}, <-admitted)
 		}
-		assert.Equal(t, 0, b.Waiters())
+		assert.Equal(t, 0, b.waiters())
 	})
 }
 
-func TestTokenBucketWaitCancellation(t *testing.T) {
+func TestBucketWaitCancellation(t *testing.T) {
 	type waiter struct {
 		cancel context.CancelFunc
 		done   chan time.Duration // when Wait returned nil
 		err    chan error
 	}
 	// start queues a waiter and returns once it is parked.
-	start := func(b *TokenBucket, origin time.Time) waiter {
+	start := func(b *Bucket, origin time.Time) waiter {
 		ctx, cancel := context.WithCancel(context.Background())
 		w := waiter{cancel, make(chan time.Duration, 1), make(chan error, 1)}
 		go func() {
@@ -293,7 +291,7 @@ func TestTokenBucketWaitCancellation(t *testing.T) {
 
 	t.Run("head", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b, _ := NewTokenBucket(1, 1)
+			b, _ := NewBucket(1, 1)
 			require.True(t, b.Allow())
 			origin := time.Now()
 			w0, w1 := start(b, origin), start(b, origin)
@@ -306,14 +304,14 @@ func TestTokenBucketWaitCancellation(t *testing.T) {
 	})
 	t.Run("middle", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b, _ := NewTokenBucket(1, 1)
+			b, _ := NewBucket(1, 1)
 			require.True(t, b.Allow())
 			origin := time.Now()
 			w0, w1, w2 := start(b, origin), start(b, origin), start(b, origin)
 			elapse(500 * time.Millisecond)
 			w1.cancel()
 			assert.ErrorIs(t, <-w1.err, context.Canceled)
-			assert.Equal(t, 2, b.Waiters())
+			assert.Equal(t, 2, b.waiters())
 			assert.Equal(t, time.Second, <-w0.done)
 			assert.Equal(t, 2*time.Second, <-w2.done, "the cancelled waiter holds nobody up")
 			w0.cancel()
@@ -322,7 +320,7 @@ func TestTokenBucketWaitCancellation(t *testing.T) {
 	})
 	t.Run("at the moment of its token", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b, _ := NewTokenBucket(1, 1)
+			b, _ := NewBucket(1, 1)
 			require.True(t, b.Allow())
 			origin := time.Now()
 			w0, w1 := start(b, origin), start(b, origin)
@@ -339,29 +337,29 @@ func TestTokenBucketWaitCancellation(t *testing.T) {
 				assert.Equal(t, time.Second, <-w1.done)
 			}
 			w1.cancel()
-			assert.Equal(t, 0, b.Waiters())
-			assert.Equal(t, 0.0, b.Tokens(), "no token was lost nor duplicated")
+			assert.Equal(t, 0, b.waiters())
+			assert.Equal(t, 0.0, b.available(), "no token was lost nor duplicated")
 		})
 	})
 	t.Run("done before", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b, _ := NewTokenBucket(1, 1)
+			b, _ := NewBucket(1, 1)
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			assert.ErrorIs(t, b.Wait(ctx), context.Canceled)
-			assert.Equal(t, 1.0, b.Tokens(), "a caller already gone takes nothing")
+			assert.Equal(t, 1.0, b.available(), "a caller already gone takes nothing")
 		})
 	})
 	t.Run("deadline too soon", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b, _ := NewTokenBucket(1, 1)
+			b, _ := NewBucket(1, 1)
 			require.True(t, b.Allow())
 			for _, timeout := range []time.Duration{500 * time.Millisecond, time.Second} {
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
 				origin := time.Now()
 				assert.ErrorIs(t, b.Wait(ctx), ErrRateLimited, "timeout %v", timeout)
 				assert.Equal(t, time.Duration(0), time.Since(origin), "fails at once, without waiting")
-				assert.Equal(t, 0, b.Waiters())
+				assert.Equal(t, 0, b.waiters())
 				cancel()
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
@@ -373,9 +371,9 @@ func TestTokenBucketWaitCancellation(t *testing.T) {
 	})
 }
 
-func TestTokenBucketSetRateWakesTheHead(t *testing.T) {
+func TestBucketSetRateWakesTheHead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := NewTokenBucket(0.5, 1)
+		b, _ := NewBucket(0.5, 1)
 		require.True(t, b.Allow())
 		origin := time.Now()
 		done := make(chan time.Duration, 1)
@@ -387,23 +385,23 @@ func TestTokenBucketSetRateWakesTheHead(t *testing.T) {
 		require.NoError(t, b.SetRate(2))
 		assert.Equal(t, 1250*time.Millisecond, <-done, "the other half came at 2/s")
 
-		// Changing the capacity while a waiter is parked nudges it: it
+		// Changing the burst while a waiter is parked nudges it: it
 		// looks again, keeps its place and gets its token on time.
 		go func() {
 			assert.NoError(t, b.Wait(context.Background()))
 			done <- time.Since(origin)
 		}()
 		elapse(100 * time.Millisecond)
-		require.NoError(t, b.SetCapacity(2))
+		require.NoError(t, b.SetBurst(2))
 		assert.Equal(t, 1750*time.Millisecond, <-done)
 	})
 }
 
-// TestTokenBucketWaitConcurrent starts many waiters at once, some of
+// TestBucketWaitConcurrent starts many waiters at once, some of
 // which give up; every other one is served at the rate, none twice.
-func TestTokenBucketWaitConcurrent(t *testing.T) {
+func TestBucketWaitConcurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := NewTokenBucket(10, 1)
+		b, _ := NewBucket(10, 1)
 		origin := time.Now()
 		var (
 			wg       sync.WaitGroup
@@ -440,11 +438,11 @@ func TestTokenBucketWaitConcurrent(t *testing.T) {
 		assert.Equal(t, want, admitted, "one every 100 ms, from the start, without gaps")
 		assert.Equal(t, 30, len(admitted)+gaveUp)
 		assert.Positive(t, gaveUp)
-		assert.Equal(t, 0, b.Waiters())
+		assert.Equal(t, 0, b.waiters())
 	})
 }
 
-func TestTokenBucketWaitImmediate(t *testing.T) {
+func TestBucketWaitImmediate(t *testing.T) {
 	b, _ := newStepBucket(t, 1, 2)
 	assert.NoError(t, b.Wait(context.Background()), "a free token is taken without queueing")
 	assert.NoError(t, b.Wait(context.Background()))

@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"context"
@@ -8,12 +8,6 @@ import (
 	"sync"
 	"time"
 )
-
-// ErrRateLimited is returned by TokenBucket.Wait when ctx's deadline would
-// pass before a token could be had: waiting would only hold the caller up
-// to fail it later, so it fails now. The caller should reject the request
-// and tell its client to come back after RetryAfter.
-var ErrRateLimited = errors.New("limiter: rate limit exceeded")
 
 // A Decision is a rate limiter's answer to one request, with what a caller
 // needs to tell its client: when to come back, or how much is left.
@@ -43,11 +37,11 @@ type Decision struct {
 // stays exact to the nanosecond, and never more than 1e-9 of a token.
 func epsilonFor(rate float64) float64 { return min(1e-9, rate*1e-10) }
 
-// A TokenBucket limits the rate of requests while allowing bursts. It holds
-// up to capacity tokens and gains rate tokens per second; every request
-// spends one. A full bucket admits a burst of capacity requests at once,
-// after which requests are admitted at the rate: bursts absorb the
-// unevenness of real traffic, the rate bounds the sustained load.
+// A Bucket limits the rate of requests while allowing bursts. It holds
+// up to burst tokens and gains rate tokens per second; every request
+// spends one. A full bucket admits that many requests at once, after
+// which requests are admitted at the rate: bursts absorb the unevenness
+// of real traffic, the rate bounds the sustained load.
 //
 // Allow and Decide never wait; Wait parks the caller until a token comes.
 // Waiters are served first-in first-out, and Allow never overtakes them:
@@ -55,61 +49,47 @@ func epsilonFor(rate float64) float64 { return min(1e-9, rate*1e-10) }
 // waiter whose context ends leaves the queue without taking a token, and
 // whoever is behind it moves up.
 //
-// The rate and the capacity may change at any time, with SetRate and
-// SetCapacity. All methods are safe for concurrent use. Allow takes one
+// The rate and the burst may change at any time, with SetRate and
+// SetBurst. All methods are safe for concurrent use. Allow takes one
 // short lock and allocates nothing.
 //
-// The default clock is monotonic. A clock given with WithTokenBucketClock
-// may step back; the bucket then earns nothing until the clock is back
-// where it was, so time already paid out in tokens is never paid twice.
-type TokenBucket struct {
+// The bucket reads the monotonic clock. Should its clock ever step back,
+// the bucket earns nothing until the clock is back where it was, so time
+// already paid out in tokens is never paid twice.
+type Bucket struct {
 	// now and epoch are fixed at construction.
 	now   func() time.Time // nil: the monotonic clock, read by time.Since
 	epoch time.Time        // origin of the readings, in nanoseconds
 
-	mu       sync.Mutex
-	rate     float64 // tokens per second, > 0
-	capacity float64 // >= 1
-	eps      float64 // epsilonFor(rate)
-	tokens   float64 // tokens at time last, in [0, capacity]
-	last     int64   // the latest reading, never decreases
-	waitq    waitList[tbWaiter, *tbWaiter]
-	nwait    int // len(waitq)
+	mu     sync.Mutex
+	rate   float64 // tokens per second, > 0
+	burst  float64 // >= 1
+	eps    float64 // epsilonFor(rate)
+	tokens float64 // tokens at time last, in [0, burst]
+	last   int64   // the latest reading, never decreases
+	waitq  waitList[tbWaiter, *tbWaiter]
+	nwait  int // len(waitq)
 }
 
-// A TokenBucketOption configures a TokenBucket built by NewTokenBucket.
-type TokenBucketOption func(*tokenBucketConfig)
-
-type tokenBucketConfig struct {
-	now func() time.Time
-}
-
-// WithTokenBucketClock makes the bucket refill by the time now returns
-// instead of the system's monotonic clock, so that tests of Allow, Decide
-// and RetryAfter can step time by hand. now must be safe for concurrent
-// use. Wait still sleeps on the runtime's timers, which such a clock does
-// not drive: test Wait under testing/synctest, with the default clock.
-// A nil now selects the default.
-func WithTokenBucketClock(now func() time.Time) TokenBucketOption {
-	return func(c *tokenBucketConfig) { c.now = now }
-}
-
-// NewTokenBucket returns a full bucket of capacity tokens that refills at
-// rate tokens per second. The rate must be a finite number > 0, and the
-// capacity at least 1, or a *ConfigError (several, joined, if both are
-// wrong) says which. A rate below 1 is allowed: 0.1 admits one request
+// NewBucket returns a full bucket of burst tokens that refills at rate
+// tokens per second. The rate must be a finite number > 0 and the burst
+// at least 1; otherwise the error (one line per wrong argument) says which
+// and what is allowed. A rate below 1 is allowed: 0.1 admits one request
 // every ten seconds.
-func NewTokenBucket(rate float64, capacity int, opts ...TokenBucketOption) (*TokenBucket, error) {
-	if err := errors.Join(checkBucketRate(rate), checkBucketCapacity(capacity)); err != nil {
+func NewBucket(rate float64, burst int) (*Bucket, error) {
+	return newBucket(rate, burst, nil)
+}
+
+// newBucket is NewBucket on the clock now, which tests step by hand to
+// check Allow, Decide and retryAfter to the nanosecond; nil selects the
+// monotonic clock. now must be safe for concurrent use. Wait still sleeps
+// on the runtime's timers, which such a clock does not drive: Wait is
+// tested under testing/synctest, on the monotonic clock.
+func newBucket(rate float64, burst int, now func() time.Time) (*Bucket, error) {
+	if err := errors.Join(checkBucketRate(rate), checkBucketBurst(burst)); err != nil {
 		return nil, err
 	}
-	var c tokenBucketConfig
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&c)
-		}
-	}
-	b := &TokenBucket{now: c.now, rate: rate, eps: epsilonFor(rate), capacity: float64(capacity), tokens: float64(capacity)}
+	b := &Bucket{now: now, rate: rate, eps: epsilonFor(rate), burst: float64(burst), tokens: float64(burst)}
 	if b.now != nil {
 		b.epoch = b.now()
 	} else {
@@ -120,20 +100,20 @@ func NewTokenBucket(rate float64, capacity int, opts ...TokenBucketOption) (*Tok
 
 func checkBucketRate(rate float64) error {
 	if !(rate > 0) || math.IsInf(rate, 1) {
-		return &ConfigError{"TokenBucket rate", rate, "a finite number > 0"}
+		return badArg("Bucket rate", rate, "a finite number > 0")
 	}
 	return nil
 }
 
-func checkBucketCapacity(capacity int) error {
-	if capacity < 1 {
-		return &ConfigError{"TokenBucket capacity", capacity, ">= 1"}
+func checkBucketBurst(burst int) error {
+	if burst < 1 {
+		return badArg("Bucket burst", burst, ">= 1")
 	}
 	return nil
 }
 
 // nanos reads the clock as nanoseconds since b.epoch.
-func (b *TokenBucket) nanos() int64 {
+func (b *Bucket) nanos() int64 {
 	if b.now == nil {
 		return int64(time.Since(b.epoch))
 	}
@@ -143,19 +123,19 @@ func (b *TokenBucket) nanos() int64 {
 // advanceLocked adds the tokens earned since b.last. A reading earlier
 // than b.last (a clock stepped back) earns nothing and leaves b.last where
 // it is: time the bucket has already paid out is not paid again.
-func (b *TokenBucket) advanceLocked(now int64) {
+func (b *Bucket) advanceLocked(now int64) {
 	if now <= b.last {
 		return
 	}
-	if b.tokens < b.capacity {
-		b.tokens = min(b.capacity, b.tokens+float64(now-b.last)*b.rate/1e9)
+	if b.tokens < b.burst {
+		b.tokens = min(b.burst, b.tokens+float64(now-b.last)*b.rate/1e9)
 	}
 	b.last = now
 }
 
 // takeLocked spends one token if one is free after the waiters' share and
 // reports whether it did.
-func (b *TokenBucket) takeLocked() bool {
+func (b *Bucket) takeLocked() bool {
 	need := float64(b.nwait + 1)
 	if b.tokens+b.eps < need {
 		return false
@@ -168,7 +148,7 @@ func (b *TokenBucket) takeLocked() bool {
 // need tokens (less the tolerance b.eps), rounded up to the nanosecond so
 // that the tokens are there when the delay is over. A clock behind b.last
 // must first catch up.
-func (b *TokenBucket) delayLocked(now int64, need float64) time.Duration {
+func (b *Bucket) delayLocked(now int64, need float64) time.Duration {
 	missing := need - b.tokens
 	if missing <= b.eps {
 		return 0
@@ -181,7 +161,7 @@ func (b *TokenBucket) delayLocked(now int64, need float64) time.Duration {
 }
 
 // remainingLocked returns how many more requests Allow would admit now.
-func (b *TokenBucket) remainingLocked() int {
+func (b *Bucket) remainingLocked() int {
 	return max(0, int(math.Floor(b.tokens+b.eps))-b.nwait)
 }
 
@@ -189,7 +169,7 @@ func (b *TokenBucket) remainingLocked() int {
 // at once. It is the call for shedding load: a request refused by Allow
 // should be rejected, not retried in a loop. Use Decide to learn when to
 // come back.
-func (b *TokenBucket) Allow() bool {
+func (b *Bucket) Allow() bool {
 	now := b.nanos()
 	b.mu.Lock()
 	b.advanceLocked(now)
@@ -201,8 +181,8 @@ func (b *TokenBucket) Allow() bool {
 // Decide is Allow with the details a rejection must pass on to the client:
 // when it may retry (Decision.RetryAfter), or how many requests it may
 // still send at once (Decision.Remaining). Reading both under one lock is
-// what makes RetryAfter exact; calling Allow then RetryAfter is not.
-func (b *TokenBucket) Decide() Decision {
+// what makes RetryAfter exact.
+func (b *Bucket) Decide() Decision {
 	now := b.nanos()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -216,22 +196,22 @@ func (b *TokenBucket) Decide() Decision {
 // Refund puts back a token that Allow, Decide or Wait took, when a later
 // check turned the request away after all: a request that was not served
 // should not spend the rate. The bucket never holds more than its
-// capacity, and a waiter, if any, is told a token came. Refund only what
+// burst, and a waiter, if any, is told a token came. Refund only what
 // was taken, once.
-func (b *TokenBucket) Refund() {
+func (b *Bucket) Refund() {
 	now := b.nanos()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advanceLocked(now)
-	b.tokens = min(b.capacity, b.tokens+1)
+	b.tokens = min(b.burst, b.tokens+1)
 	b.nudgeHeadLocked()
 }
 
-// RetryAfter returns how long until Allow would admit a request, 0 if it
+// retryAfter returns how long until Allow would admit a request, 0 if it
 // would now. Waiters come first: each of them is owed a token before a
 // newcomer. The answer holds as long as the rate does not change and
 // nobody else spends a token meanwhile.
-func (b *TokenBucket) RetryAfter() time.Duration {
+func (b *Bucket) retryAfter() time.Duration {
 	now := b.nanos()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -239,9 +219,9 @@ func (b *TokenBucket) RetryAfter() time.Duration {
 	return b.delayLocked(now, float64(b.nwait+1))
 }
 
-// Tokens returns the number of tokens in the bucket now, including those
+// available returns the number of tokens in the bucket now, including those
 // owed to waiters; a fraction means a token is on its way.
-func (b *TokenBucket) Tokens() float64 {
+func (b *Bucket) available() float64 {
 	now := b.nanos()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -249,33 +229,33 @@ func (b *TokenBucket) Tokens() float64 {
 	return b.tokens
 }
 
-// Waiters returns the number of callers parked in Wait.
-func (b *TokenBucket) Waiters() int {
+// waiters returns the number of callers parked in Wait.
+func (b *Bucket) waiters() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.nwait
 }
 
 // Rate returns the refill rate in tokens per second.
-func (b *TokenBucket) Rate() float64 {
+func (b *Bucket) Rate() float64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.rate
 }
 
 // Capacity returns the most tokens the bucket holds: the largest burst.
-func (b *TokenBucket) Capacity() int {
+func (b *Bucket) Burst() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return int(b.capacity)
+	return int(b.burst)
 }
 
 // SetRate changes the refill rate to rate tokens per second from now on.
 // Tokens earned until now were earned at the old rate, and a waiter for
 // the next token recomputes its wait at the new one. A rate that is not a
-// finite number > 0 is refused with a *ConfigError, and the bucket keeps
+// finite number > 0 is refused with an error saying what is allowed, and the bucket keeps
 // its rate.
-func (b *TokenBucket) SetRate(rate float64) error {
+func (b *Bucket) SetRate(rate float64) error {
 	if err := checkBucketRate(rate); err != nil {
 		return err
 	}
@@ -288,20 +268,20 @@ func (b *TokenBucket) SetRate(rate float64) error {
 	return nil
 }
 
-// SetCapacity changes the largest burst. Lowering it discards the tokens
-// above the new capacity; raising it adds no tokens, the room fills at the
-// rate. A capacity below 1 is refused with a *ConfigError, and the bucket
-// keeps its capacity.
-func (b *TokenBucket) SetCapacity(capacity int) error {
-	if err := checkBucketCapacity(capacity); err != nil {
+// SetBurst changes the largest burst. Lowering it discards the tokens
+// above the new burst; raising it adds no tokens, the room fills at the
+// rate. A burst below 1 is refused with an error saying what is allowed, and the bucket
+// keeps its burst.
+func (b *Bucket) SetBurst(burst int) error {
+	if err := checkBucketBurst(burst); err != nil {
 		return err
 	}
 	now := b.nanos()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advanceLocked(now)
-	b.capacity = float64(capacity)
-	b.tokens = min(b.tokens, b.capacity)
+	b.burst = float64(burst)
+	b.tokens = min(b.tokens, b.burst)
 	b.nudgeHeadLocked()
 	return nil
 }
@@ -312,7 +292,7 @@ func (b *TokenBucket) SetCapacity(capacity int) error {
 // at once, without waiting, if ctx's deadline would come no later than
 // its token at the current rate. A caller that Wait fails has taken no
 // token, and the callers behind it are not delayed by it.
-func (b *TokenBucket) Wait(ctx context.Context) error {
+func (b *Bucket) Wait(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -337,7 +317,7 @@ func (b *TokenBucket) Wait(ctx context.Context) error {
 // head sleeps on a timer, for exactly as long as its token takes; the
 // others sleep until the head leaves and wakes them. Called with b.mu
 // held; returns with it released.
-func (b *TokenBucket) park(ctx context.Context, w *tbWaiter) error {
+func (b *Bucket) park(ctx context.Context, w *tbWaiter) error {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -382,7 +362,7 @@ func (b *TokenBucket) park(ctx context.Context, w *tbWaiter) error {
 
 // leaveLocked removes w from the queue and, if w was its head, wakes the
 // new head so that it starts timing its own token.
-func (b *TokenBucket) leaveLocked(w *tbWaiter) {
+func (b *Bucket) leaveLocked(w *tbWaiter) {
 	wasHead := b.waitq.head == w
 	b.waitq.remove(w)
 	b.nwait--
@@ -392,7 +372,7 @@ func (b *TokenBucket) leaveLocked(w *tbWaiter) {
 }
 
 // nudgeHeadLocked makes the head waiter, if any, look at the bucket again.
-func (b *TokenBucket) nudgeHeadLocked() {
+func (b *Bucket) nudgeHeadLocked() {
 	if h := b.waitq.head; h != nil {
 		select {
 		case h.wake <- struct{}{}:
@@ -402,13 +382,13 @@ func (b *TokenBucket) nudgeHeadLocked() {
 }
 
 // String describes the bucket's configuration, for logs and errors.
-func (b *TokenBucket) String() string {
+func (b *Bucket) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return fmt.Sprintf("TokenBucket(rate=%g/s, capacity=%d)", b.rate, int(b.capacity))
+	return fmt.Sprintf("Bucket(rate=%g/s, burst=%d)", b.rate, int(b.burst))
 }
 
-// tbWaiter is a caller parked in TokenBucket.Wait.
+// tbWaiter is a caller parked in Bucket.Wait.
 type tbWaiter struct {
 	wake chan struct{} // buffered: a nudge is never lost nor blocks
 	links[tbWaiter]

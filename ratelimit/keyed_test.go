@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"context"
@@ -17,7 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// stepClock is a Clock that a test moves by hand: forward, backward, or
+// t0 is where step clocks start.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// stepClock is a clock that a test moves by hand: forward, backward, or
 // into failure.
 type stepClock struct {
 	mu  sync.Mutex
@@ -27,7 +30,7 @@ type stepClock struct {
 
 func newStepClock() *stepClock { return &stepClock{t: t0} }
 
-// Now implements Clock.
+// Now implements clock.
 func (c *stepClock) Now() (time.Time, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -37,7 +40,7 @@ func (c *stepClock) Now() (time.Time, error) {
 	return c.t, nil
 }
 
-// Time is Now for a TokenBucket, whose clock cannot fail.
+// Time is Now for a Bucket, whose clock cannot fail.
 func (c *stepClock) Time() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -58,61 +61,59 @@ func (c *stepClock) Fail(err error) {
 	c.err = err
 }
 
-func newStepGCRA(t testing.TB, rate float64, burst int, opts ...GCRAOption) (*KeyedGCRA, *stepClock) {
+func newStepGCRA(t testing.TB, rate float64, burst int, opts ...KeyedOption) (*Keyed, *stepClock) {
 	t.Helper()
 	clk := newStepClock()
-	g, err := NewKeyedGCRA(rate, burst, append([]GCRAOption{WithGCRAClock(clk)}, opts...)...)
+	g, err := NewKeyed(rate, burst, append([]KeyedOption{withClock(clk)}, opts...)...)
 	require.NoError(t, err)
 	return g, clk
 }
 
-func allow(t *testing.T, g *KeyedGCRA, key string) Decision {
+func allow(t *testing.T, g *Keyed, key string) Decision {
 	t.Helper()
 	d, err := g.Allow(key)
 	require.NoError(t, err)
 	return d
 }
 
-func TestKeyedGCRAConfigErrors(t *testing.T) {
+func TestKeyedConfigErrors(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		rate  float64
 		burst int
-		opts  []GCRAOption
+		opts  []KeyedOption
 		want  string
 	}{
-		{"zero rate", 0, 1, nil, "limiter: KeyedGCRA rate is 0, must be a number in [1e-9, 1e9]"},
-		{"negative rate", -5, 1, nil, "limiter: KeyedGCRA rate is -5, must be a number in [1e-9, 1e9]"},
-		{"NaN rate", math.NaN(), 1, nil, "limiter: KeyedGCRA rate is NaN, must be a number in [1e-9, 1e9]"},
-		{"infinite rate", math.Inf(1), 1, nil, "limiter: KeyedGCRA rate is +Inf, must be a number in [1e-9, 1e9]"},
-		{"rate too high", 2e9, 1, nil, "limiter: KeyedGCRA rate is 2e+09, must be a number in [1e-9, 1e9]"},
-		{"zero burst", 1, 0, nil, "limiter: KeyedGCRA burst is 0, must be >= 1"},
+		{"zero rate", 0, 1, nil, "ratelimit: Keyed rate is 0, must be a number in [1e-9, 1e9]"},
+		{"negative rate", -5, 1, nil, "ratelimit: Keyed rate is -5, must be a number in [1e-9, 1e9]"},
+		{"NaN rate", math.NaN(), 1, nil, "ratelimit: Keyed rate is NaN, must be a number in [1e-9, 1e9]"},
+		{"infinite rate", math.Inf(1), 1, nil, "ratelimit: Keyed rate is +Inf, must be a number in [1e-9, 1e9]"},
+		{"rate too high", 2e9, 1, nil, "ratelimit: Keyed rate is 2e+09, must be a number in [1e-9, 1e9]"},
+		{"zero burst", 1, 0, nil, "ratelimit: Keyed burst is 0, must be >= 1"},
 		{"burst beyond the window", 1e-9, 3, nil,
-			"limiter: KeyedGCRA burst is 3, must be in [1, 2] at rate 1e-09, as a burst must refill within 73 years"},
-		{"negative max keys", 1, 1, []GCRAOption{WithMaxKeys(-1)}, "limiter: KeyedGCRA max keys is -1, must be >= 0, 0 for no bound"},
-		{"all", -1, -1, []GCRAOption{WithMaxKeys(-2)}, "limiter: KeyedGCRA rate is -1, must be a number in [1e-9, 1e9]\n" +
-			"limiter: KeyedGCRA burst is -1, must be >= 1\n" +
-			"limiter: KeyedGCRA max keys is -2, must be >= 0, 0 for no bound"},
+			"ratelimit: Keyed burst is 3, must be in [1, 2] at rate 1e-09, as a burst must refill within 73 years"},
+		{"negative max keys", 1, 1, []KeyedOption{WithMaxKeys(-1)}, "ratelimit: Keyed max keys is -1, must be >= 0, 0 for no bound"},
+		{"all", -1, -1, []KeyedOption{WithMaxKeys(-2)}, "ratelimit: Keyed rate is -1, must be a number in [1e-9, 1e9]\n" +
+			"ratelimit: Keyed burst is -1, must be >= 1\n" +
+			"ratelimit: Keyed max keys is -2, must be >= 0, 0 for no bound"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			g, err := NewKeyedGCRA(tt.rate, tt.burst, tt.opts...)
+			g, err := NewKeyed(tt.rate, tt.burst, tt.opts...)
 			assert.Nil(t, g)
 			require.EqualError(t, err, tt.want)
-			var ce *ConfigError
-			assert.ErrorAs(t, err, &ce)
 		})
 	}
 
 	// The extremes of the ranges are valid.
-	for _, rate := range []float64{MinGCRARate, MaxGCRARate} {
-		g, err := NewKeyedGCRA(rate, 1, WithGCRAClock(nil))
+	for _, rate := range []float64{MinRate, MaxRate} {
+		g, err := NewKeyed(rate, 1, withClock(nil))
 		require.NoError(t, err, "rate %v", rate)
 		assert.Equal(t, rate, g.Rate())
 		assert.Equal(t, 1, g.Burst())
 	}
 }
 
-func TestKeyedGCRABurstThenRate(t *testing.T) {
+func TestKeyedBurstThenRate(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		rate  float64
@@ -149,9 +150,9 @@ func TestKeyedGCRABurstThenRate(t *testing.T) {
 	}
 }
 
-// TestKeyedGCRARetryAfterIsExact: one nanosecond before RetryAfter is too
+// TestKeyedRetryAfterIsExact: one nanosecond before RetryAfter is too
 // early, RetryAfter itself is admitted, and denials cost nothing.
-func TestKeyedGCRARetryAfterIsExact(t *testing.T) {
+func TestKeyedRetryAfterIsExact(t *testing.T) {
 	for _, rate := range []float64{0.5, 1, 3, 7, 1000, 12345.678, 1e9} {
 		for _, burst := range []int{1, 4} {
 			g, clk := newStepGCRA(t, rate, burst)
@@ -176,7 +177,7 @@ func TestKeyedGCRARetryAfterIsExact(t *testing.T) {
 	}
 }
 
-func TestKeyedGCRAKeysAreIndependent(t *testing.T) {
+func TestKeyedKeysAreIndependent(t *testing.T) {
 	g, _ := newStepGCRA(t, 1, 2)
 	for _, key := range []string{"alice", "bob", "carol"} {
 		assert.True(t, allow(t, g, key).Allowed)
@@ -186,16 +187,16 @@ func TestKeyedGCRAKeysAreIndependent(t *testing.T) {
 	assert.Equal(t, 3, g.Len())
 }
 
-func TestKeyedGCRAEmptyKey(t *testing.T) {
+func TestKeyedEmptyKey(t *testing.T) {
 	g, _ := newStepGCRA(t, 1, 1)
 	d, err := g.Allow("")
 	assert.ErrorIs(t, err, ErrEmptyKey)
-	assert.EqualError(t, err, "limiter: empty rate limit key")
+	assert.EqualError(t, err, "ratelimit: empty rate limit key")
 	assert.Equal(t, Decision{}, d)
 	assert.Equal(t, 0, g.Len())
 }
 
-func TestKeyedGCRAClockError(t *testing.T) {
+func TestKeyedClockError(t *testing.T) {
 	g, clk := newStepGCRA(t, 1, 1)
 	require.True(t, allow(t, g, "k").Allowed)
 
@@ -203,7 +204,7 @@ func TestKeyedGCRAClockError(t *testing.T) {
 	clk.Fail(boom)
 	d, err := g.Allow("k")
 	assert.ErrorIs(t, err, boom)
-	assert.EqualError(t, err, "limiter: KeyedGCRA clock: boom")
+	assert.EqualError(t, err, "ratelimit: Keyed clock: boom")
 	assert.Equal(t, Decision{}, d, "no decision without a time")
 	_, err = g.Allow("new")
 	assert.ErrorIs(t, err, boom)
@@ -220,10 +221,10 @@ func TestKeyedGCRAClockError(t *testing.T) {
 
 // A clock failing at construction leaves the limiter usable once it
 // recovers.
-func TestKeyedGCRAClockFailingFromTheStart(t *testing.T) {
+func TestKeyedClockFailingFromTheStart(t *testing.T) {
 	clk := newStepClock()
 	clk.Fail(errors.New("not yet"))
-	g, err := NewKeyedGCRA(1, 1, WithGCRAClock(clk))
+	g, err := NewKeyed(1, 1, withClock(clk))
 	require.NoError(t, err)
 	_, err = g.Allow("k")
 	require.Error(t, err)
@@ -232,7 +233,7 @@ func TestKeyedGCRAClockFailingFromTheStart(t *testing.T) {
 	assert.Equal(t, Decision{RetryAfter: time.Second}, allow(t, g, "k"))
 }
 
-func TestKeyedGCRAClockBackwards(t *testing.T) {
+func TestKeyedClockBackwards(t *testing.T) {
 	g, clk := newStepGCRA(t, 1, 2)
 	require.True(t, allow(t, g, "k").Allowed)
 	require.True(t, allow(t, g, "k").Allowed)
@@ -252,10 +253,10 @@ func TestKeyedGCRAClockBackwards(t *testing.T) {
 	assert.False(t, allow(t, g, "k").Allowed)
 }
 
-// TestKeyedGCRABackwardsGrantsNothing replays one random history twice:
+// TestKeyedBackwardsGrantsNothing replays one random history twice:
 // on a monotonic clock, and on the same clock with random steps back. The
 // steps back never admit a request more.
-func TestKeyedGCRABackwardsGrantsNothing(t *testing.T) {
+func TestKeyedBackwardsGrantsNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	steady, steadyClk := newStepGCRA(t, 10, 5)
 	shaky, shakyClk := newStepGCRA(t, 10, 5)
@@ -279,7 +280,7 @@ func TestKeyedGCRABackwardsGrantsNothing(t *testing.T) {
 	assert.Positive(t, shakyN)
 }
 
-func TestKeyedGCRACleanup(t *testing.T) {
+func TestKeyedCleanup(t *testing.T) {
 	g, clk := newStepGCRA(t, 1, 2)
 	require.True(t, allow(t, g, "idle").Allowed) // full again after 1 s
 	require.True(t, allow(t, g, "busy").Allowed)
@@ -300,9 +301,9 @@ func TestKeyedGCRACleanup(t *testing.T) {
 	assert.Zero(t, g.Len())
 }
 
-// TestKeyedGCRACleanupChangesNoDecision replays one random history on two
+// TestKeyedCleanupChangesNoDecision replays one random history on two
 // limiters, one cleaned up after every request: they decide alike.
-func TestKeyedGCRACleanupChangesNoDecision(t *testing.T) {
+func TestKeyedCleanupChangesNoDecision(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	kept, keptClk := newStepGCRA(t, 5, 3)
 	cleaned, cleanedClk := newStepGCRA(t, 5, 3)
@@ -323,7 +324,7 @@ func TestKeyedGCRACleanupChangesNoDecision(t *testing.T) {
 	assertConsistent(t, cleaned)
 }
 
-func TestKeyedGCRAMaxKeys(t *testing.T) {
+func TestKeyedMaxKeys(t *testing.T) {
 	g, clk := newStepGCRA(t, 1, 3, WithMaxKeys(2*gcraShards)) // two keys per shard
 
 	// Three keys that share a shard.
@@ -363,7 +364,7 @@ func TestKeyedGCRAMaxKeys(t *testing.T) {
 	assertConsistent(t, g)
 }
 
-func TestKeyedGCRAForgetsAFlood(t *testing.T) {
+func TestKeyedForgetsAFlood(t *testing.T) {
 	g, clk := newStepGCRA(t, 1, 1)
 	for i := range 100_000 {
 		allow(t, g, strconv.Itoa(i))
@@ -380,7 +381,7 @@ func TestKeyedGCRAForgetsAFlood(t *testing.T) {
 
 // assertConsistent checks that each shard respects its bound and that
 // nextExpiry is a lower bound of the shard's TATs.
-func assertConsistent(t *testing.T, g *KeyedGCRA) {
+func assertConsistent(t *testing.T, g *Keyed) {
 	t.Helper()
 	for i := range g.shards {
 		s := &g.shards[i]
@@ -396,7 +397,7 @@ func assertConsistent(t *testing.T, g *KeyedGCRA) {
 	}
 }
 
-func TestKeyedGCRARunCleanup(t *testing.T) {
+func TestKeyedRunCleanup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, clk := newStepGCRA(t, 1, 1)
 		require.True(t, allow(t, g, "k").Allowed)
@@ -428,7 +429,7 @@ func TestKeyedGCRARunCleanup(t *testing.T) {
 	})
 }
 
-func TestKeyedGCRAConcurrent(t *testing.T) {
+func TestKeyedConcurrent(t *testing.T) {
 	g, clk := newStepGCRA(t, 100, 50, WithMaxKeys(10000))
 	run := func(keys func(worker, i int) string) map[string]int {
 		var (
@@ -478,15 +479,15 @@ func TestKeyedGCRAConcurrent(t *testing.T) {
 	assertConsistent(t, g)
 }
 
-func TestKeyedGCRAString(t *testing.T) {
+func TestKeyedString(t *testing.T) {
 	g, _ := newStepGCRA(t, 2.5, 10)
-	assert.Equal(t, "KeyedGCRA(rate=2.5/s, burst=10)", g.String())
+	assert.Equal(t, "Keyed(rate=2.5/s, burst=10)", g.String())
 }
 
-// TestKeyedGCRACleanupRacesAllow removes keys while requests for them are
+// TestKeyedCleanupRacesAllow removes keys while requests for them are
 // being decided. A removal is exact only if no admission can land in an
 // entry already forgotten: every key must get its burst exactly once.
-func TestKeyedGCRACleanupRacesAllow(t *testing.T) {
+func TestKeyedCleanupRacesAllow(t *testing.T) {
 	const burst, keys = 3, 200
 	g, clk := newStepGCRA(t, 1, burst)
 	for round := range 5 {
@@ -541,21 +542,21 @@ func TestKeyedGCRACleanupRacesAllow(t *testing.T) {
 	}
 }
 
-func TestKeyedGCRAMaxKeysPerShard(t *testing.T) {
+func TestKeyedMaxKeysPerShard(t *testing.T) {
 	for _, tt := range []struct{ maxKeys, perShard int }{
 		{0, 0}, {1, 1}, {64, 1}, {65, 2}, {1000, 16}, {math.MaxInt, math.MaxInt/gcraShards + 1},
 	} {
-		g, err := NewKeyedGCRA(1, 1, WithMaxKeys(tt.maxKeys))
+		g, err := NewKeyed(1, 1, WithMaxKeys(tt.maxKeys))
 		require.NoError(t, err)
 		assert.Equal(t, tt.perShard, g.maxPerShard, "WithMaxKeys(%d)", tt.maxKeys)
 	}
 }
 
-// TestKeyedGCRASystemClock runs the default clock in a synctest bubble,
+// TestKeyedSystemClock runs the default clock in a synctest bubble,
 // where it reads virtual time: the waits are exact there too.
-func TestKeyedGCRASystemClock(t *testing.T) {
+func TestKeyedSystemClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, err := NewKeyedGCRA(1, 2)
+		g, err := NewKeyed(1, 2)
 		require.NoError(t, err)
 		assert.Equal(t, Decision{Allowed: true, Remaining: 1}, allow(t, g, "k"))
 		assert.Equal(t, Decision{Allowed: true}, allow(t, g, "k"))

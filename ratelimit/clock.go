@@ -1,29 +1,29 @@
-package limiter
+package ratelimit
 
 import "time"
 
-// A Clock tells a rate limiter the time. Rate limits are decisions about
-// time, so tests substitute a Clock they control to make those decisions
+// A clock tells a rate limiter the time. Rate limits are decisions about
+// time, so tests substitute a clock they control to make those decisions
 // reproducible: stepping it forward, back, or making it fail.
 //
 // Now may fail, as a clock read from another process or from hardware can;
 // a limiter then reports the error instead of deciding on a wrong time.
 // Implementations must be safe for concurrent use.
-type Clock interface {
+type clock interface {
 	Now() (time.Time, error)
 }
 
-// SystemClock is the Clock of the running process. It never fails, and the
+// systemClock is the clock of the running process. It never fails, and the
 // times it returns carry the monotonic reading, so a change of the wall
 // clock (NTP, a manual setting) neither grants nor withholds requests.
 // Limiters recognise it and read the monotonic clock directly, at half the
 // cost of a full time.Now.
-type SystemClock struct{}
+type systemClock struct{}
 
 // Now returns time.Now() and a nil error.
-func (SystemClock) Now() (time.Time, error) { return time.Now(), nil }
+func (systemClock) Now() (time.Time, error) { return time.Now(), nil }
 
-// maxClockOffset bounds the readings of a Clock, as nanoseconds from the
+// maxClockOffset bounds the readings of a clock, as nanoseconds from the
 // limiter's origin, so that adding a burst window to a reading cannot
 // overflow an int64: 2^62 ns is about 146 years.
 const maxClockOffset = 1 << 62

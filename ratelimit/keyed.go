@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"context"
@@ -13,21 +13,13 @@ import (
 	"unsafe"
 )
 
-// ErrEmptyKey is returned by KeyedGCRA.Allow for the empty key. An empty
-// key almost always means the caller's identity could not be found (no
-// peer address, a missing header), and lumping all such callers into one
-// shared budget would let one of them starve the others silently; the
-// caller decides instead, for example by rejecting or by using a fallback
-// key of its own.
-var ErrEmptyKey = errors.New("limiter: empty rate limit key")
-
-// Bounds of KeyedGCRA's configuration.
+// Bounds of Keyed's configuration.
 const (
-	// MinGCRARate and MaxGCRARate bound the rate of a KeyedGCRA, in
+	// MinRate and MaxRate bound the rate of a Keyed, in
 	// requests per second per key. The interval between requests, 1/rate,
 	// is kept in whole nanoseconds, between 1 ns and about 32 years.
-	MinGCRARate = 1e-9
-	MaxGCRARate = 1e9
+	MinRate = 1e-9
+	MaxRate = 1e9
 
 	// maxGCRAWindow bounds burst/rate, the time a key takes to earn its
 	// whole burst back, so that it always fits an int64 of nanoseconds
@@ -41,7 +33,7 @@ const (
 // time; a power of two picks the shard with a mask.
 const gcraShards = 64
 
-// A KeyedGCRA limits the rate of requests of each key (a client, a peer
+// A Keyed limits the rate of requests of each key (a client, a peer
 // address, a tenant) separately, with the generic cell rate algorithm:
 // every key may send a burst of up to burst requests at once, and rate
 // requests per second after that.
@@ -63,15 +55,13 @@ const gcraShards = 64
 // The table is split into shards, each under a short lock: deciding takes
 // one shard's lock for a map lookup and allocates nothing.
 //
-// Time comes from a Clock (WithGCRAClock). A clock error fails the call
-// with that error; the limiter is not changed. Time in a KeyedGCRA never
-// runs backwards: a reading earlier than one already used counts as that
-// later one. A clock stepped back thus grants no key its burst back early;
-// until it catches up, keys only spend what they had. The SystemClock is
-// monotonic and never steps back.
+// Time is the process's monotonic clock, so a change of the wall clock
+// neither grants nor withholds requests. Time in a Keyed never runs
+// backwards: a clock stepped back grants no key its burst back early.
+// See docs/design.md for why GCRA.
 //
 // All methods are safe for concurrent use.
-type KeyedGCRA struct {
+type Keyed struct {
 	// shards come first, so that their padding keeps the fields below,
 	// read on every call, off the cache lines of the locks.
 	shards [gcraShards]gcraShard
@@ -80,14 +70,14 @@ type KeyedGCRA struct {
 	window      int64 // burst*interval: a TAT at most this far ahead is allowed
 	rate        float64
 	burst       int
-	clock       Clock
-	system      bool      // clock is SystemClock: read the monotonic clock directly
+	clock       clock
+	system      bool      // clock is systemClock: read the monotonic clock directly
 	epoch       time.Time // origin of readings, in nanoseconds
 	seed        maphash.Seed
 	maxPerShard int // 0: unbounded
 
 	// latest is the latest reading used, for clocks other than the
-	// SystemClock, which may step back. The SystemClock is monotonic and
+	// systemClock, which may step back. The systemClock is monotonic and
 	// does without it: a shared word written on every call would tie all
 	// cores together.
 	latest atomic.Int64
@@ -109,19 +99,21 @@ type gcraShardState struct {
 	nextExpiry int64
 }
 
-// A GCRAOption configures a KeyedGCRA built by NewKeyedGCRA.
-type GCRAOption func(*gcraConfig)
+// A KeyedOption configures a Keyed built by NewKeyed.
+type KeyedOption func(*keyedConfig)
 
-type gcraConfig struct {
-	clock   Clock
+type keyedConfig struct {
+	clock   clock
 	maxKeys int
 }
 
-// WithGCRAClock sets the clock the limiter reads on every call. Tests pass
-// a clock they step by hand; the default, also selected by nil, is
-// SystemClock.
-func WithGCRAClock(c Clock) GCRAOption {
-	return func(g *gcraConfig) { g.clock = c }
+// withClock sets the clock the limiter reads on every call, for tests
+// that step it by hand, back, or into failure: a failed reading fails the
+// call with that error and leaves the limiter unchanged, and a reading
+// earlier than one already used counts as that later one. The default,
+// also selected by nil, is systemClock.
+func withClock(c clock) KeyedOption {
+	return func(g *keyedConfig) { g.clock = c }
 }
 
 // WithMaxKeys bounds the number of keys the limiter tracks, so that a
@@ -144,26 +136,27 @@ func WithGCRAClock(c Clock) GCRAOption {
 // grants the least. A flood of keys that each sent one request thus
 // evicts its own keys before those of callers that spent more of their
 // burst.
-func WithMaxKeys(n int) GCRAOption {
-	return func(g *gcraConfig) { g.maxKeys = n }
+func WithMaxKeys(n int) KeyedOption {
+	return func(g *keyedConfig) { g.maxKeys = n }
 }
 
-// NewKeyedGCRA returns a limiter that allows each key a burst of burst
-// requests, then rate requests per second. rate must be in [MinGCRARate,
-// MaxGCRARate], burst at least 1, and burst/rate at most about 73 years;
-// otherwise a *ConfigError (several, joined) says which value is wrong.
+// NewKeyed returns a limiter that allows each key a burst of burst
+// requests, then rate requests per second. rate must be in [MinRate,
+// MaxRate], burst at least 1, and burst/rate at most about 73 years;
+// otherwise the error (one line per wrong value) says which and what is
+// allowed.
 // The interval between requests, 1/rate, is rounded to the nanosecond: at
 // a rate of 3, one request every 333,333,333 ns.
-func NewKeyedGCRA(rate float64, burst int, opts ...GCRAOption) (*KeyedGCRA, error) {
-	var c gcraConfig
+func NewKeyed(rate float64, burst int, opts ...KeyedOption) (*Keyed, error) {
+	var c keyedConfig
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&c)
 		}
 	}
 	var errs []error
-	if !(rate >= MinGCRARate && rate <= MaxGCRARate) {
-		errs = append(errs, &ConfigError{"KeyedGCRA rate", rate, "a number in [1e-9, 1e9]"})
+	if !(rate >= MinRate && rate <= MaxRate) {
+		errs = append(errs, badArg("Keyed rate", rate, "a number in [1e-9, 1e9]"))
 	}
 	var interval int64
 	if len(errs) == 0 {
@@ -171,19 +164,19 @@ func NewKeyedGCRA(rate float64, burst int, opts ...GCRAOption) (*KeyedGCRA, erro
 	}
 	switch {
 	case burst < 1:
-		errs = append(errs, &ConfigError{"KeyedGCRA burst", burst, ">= 1"})
+		errs = append(errs, badArg("Keyed burst", burst, ">= 1"))
 	case len(errs) == 0 && float64(interval)*float64(burst) > maxGCRAWindow:
-		errs = append(errs, &ConfigError{"KeyedGCRA burst", burst,
-			fmt.Sprintf("in [1, %d] at rate %v, as a burst must refill within 73 years", maxGCRAWindow/interval, rate)})
+		errs = append(errs, badArg("Keyed burst", burst,
+			fmt.Sprintf("in [1, %d] at rate %v, as a burst must refill within 73 years", maxGCRAWindow/interval, rate)))
 	}
 	if c.maxKeys < 0 {
-		errs = append(errs, &ConfigError{"KeyedGCRA max keys", c.maxKeys, ">= 0, 0 for no bound"})
+		errs = append(errs, badArg("Keyed max keys", c.maxKeys, ">= 0, 0 for no bound"))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 
-	g := &KeyedGCRA{
+	g := &Keyed{
 		interval:    interval,
 		window:      interval * int64(burst),
 		rate:        rate,
@@ -195,8 +188,8 @@ func NewKeyedGCRA(rate float64, burst int, opts ...GCRAOption) (*KeyedGCRA, erro
 	if c.maxKeys%gcraShards != 0 {
 		g.maxPerShard++ // rounded up, without overflow
 	}
-	if _, ok := g.clock.(SystemClock); ok || g.clock == nil {
-		g.clock, g.system = SystemClock{}, true
+	if _, ok := g.clock.(systemClock); ok || g.clock == nil {
+		g.clock, g.system = systemClock{}, true
 		g.epoch = time.Now()
 	} else if t, err := g.clock.Now(); err == nil {
 		g.epoch = t // keeps readings small whatever era the clock is in
@@ -212,23 +205,23 @@ func NewKeyedGCRA(rate float64, burst int, opts ...GCRAOption) (*KeyedGCRA, erro
 }
 
 // Rate returns the rate each key is allowed, in requests per second.
-func (g *KeyedGCRA) Rate() float64 { return g.rate }
+func (g *Keyed) Rate() float64 { return g.rate }
 
 // Burst returns the number of requests a rested key may send at once.
-func (g *KeyedGCRA) Burst() int { return g.burst }
+func (g *Keyed) Burst() int { return g.burst }
 
 // nanos reads the clock as nanoseconds since g.epoch. It returns the
 // reading, by which waits are measured, and the time the limiter moves by,
 // which is the reading unless the clock stepped back behind a reading
 // already used.
-func (g *KeyedGCRA) nanos() (read, now int64, err error) {
+func (g *Keyed) nanos() (read, now int64, err error) {
 	if g.system {
 		read = int64(time.Since(g.epoch))
 		return read, read, nil
 	}
 	t, err := g.clock.Now()
 	if err != nil {
-		return 0, 0, fmt.Errorf("limiter: KeyedGCRA clock: %w", err)
+		return 0, 0, fmt.Errorf("ratelimit: Keyed clock: %w", err)
 	}
 	read = offset(t, g.epoch)
 	for {
@@ -243,7 +236,7 @@ func (g *KeyedGCRA) nanos() (read, now int64, err error) {
 }
 
 // hash returns key's hash and the shard it belongs to.
-func (g *KeyedGCRA) hash(key string) (uint64, *gcraShard) {
+func (g *Keyed) hash(key string) (uint64, *gcraShard) {
 	h := maphash.String(g.seed, key)
 	return h, &g.shards[h&(gcraShards-1)]
 }
@@ -253,11 +246,11 @@ func (g *KeyedGCRA) hash(key string) (uint64, *gcraShard) {
 // push its own next chance further away. Decision.RetryAfter is then the
 // exact time until the request would be allowed.
 //
-// The error is non-nil only when no decision could be made: ErrEmptyKey,
-// or the clock's error (wrapped). The caller chooses whether to fail open
-// or closed then. A full key table (WithMaxKeys) never denies a new key:
+// The error is non-nil only when no decision could be made: ErrEmptyKey
+// (or a clock's failure, which the system clock never has). The caller
+// chooses whether to fail open or closed then. A full key table (WithMaxKeys) never denies a new key:
 // it forgets another.
-func (g *KeyedGCRA) Allow(key string) (Decision, error) {
+func (g *Keyed) Allow(key string) (Decision, error) {
 	if key == "" {
 		return Decision{}, ErrEmptyKey
 	}
@@ -294,7 +287,7 @@ func (g *KeyedGCRA) Allow(key string) (Decision, error) {
 // interval. A key forgotten meanwhile has its whole burst already, and a
 // key with more than its burst cannot be made, so there is nothing to do
 // for either. Refund only what Allow admitted, once.
-func (g *KeyedGCRA) Refund(key string) {
+func (g *Keyed) Refund(key string) {
 	if key == "" {
 		return
 	}
@@ -362,12 +355,13 @@ func (s *gcraShard) sweepLocked(now int64) int {
 // Cleanup forgets every key that has its whole burst back. Those keys
 // behave exactly like keys never seen, so Cleanup changes no decision; it
 // only frees their memory. It locks one shard at a time, briefly, and
-// returns the number of keys removed, or the clock's error.
+// returns the number of keys removed (the error is that of a failed
+// clock, which the system clock never is).
 //
 // Call it periodically, with RunCleanup or from a loop of your own: once
 // per burst window (burst/rate) keeps the table at about the keys active
 // within the last window.
-func (g *KeyedGCRA) Cleanup() (int, error) {
+func (g *Keyed) Cleanup() (int, error) {
 	_, now, err := g.nanos()
 	if err != nil {
 		return 0, err
@@ -385,15 +379,14 @@ func (g *KeyedGCRA) Cleanup() (int, error) {
 }
 
 // RunCleanup calls Cleanup on every tick until ctx is done or tick is
-// closed, and returns ctx's error or nil respectively. The caller owns the
+// closed, and returns ctx's error or nil respectively. A tick on which
+// Cleanup fails is skipped; the next one retries. The caller owns the
 // goroutine and the ticker, so nothing runs that the caller cannot stop:
 //
 //	t := time.NewTicker(time.Minute)
 //	defer t.Stop()
 //	go g.RunCleanup(ctx, t.C)
-//
-// A tick on which the clock fails is skipped; the next one retries.
-func (g *KeyedGCRA) RunCleanup(ctx context.Context, tick <-chan time.Time) error {
+func (g *Keyed) RunCleanup(ctx context.Context, tick <-chan time.Time) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -410,7 +403,7 @@ func (g *KeyedGCRA) RunCleanup(ctx context.Context, tick <-chan time.Time) error
 // Len returns the number of keys the limiter tracks now, for metrics and
 // tests. It locks each shard in turn, so under concurrent use the count is
 // approximate.
-func (g *KeyedGCRA) Len() int {
+func (g *Keyed) Len() int {
 	n := 0
 	for i := range g.shards {
 		s := &g.shards[i]
@@ -422,6 +415,6 @@ func (g *KeyedGCRA) Len() int {
 }
 
 // String describes the limiter's configuration, for logs and errors.
-func (g *KeyedGCRA) String() string {
-	return fmt.Sprintf("KeyedGCRA(rate=%g/s, burst=%d)", g.rate, g.burst)
+func (g *Keyed) String() string {
+	return fmt.Sprintf("Keyed(rate=%g/s, burst=%d)", g.rate, g.burst)
 }

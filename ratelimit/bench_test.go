@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"strconv"
@@ -7,15 +7,15 @@ import (
 )
 
 // The benchmarks named by the rate limiting issue. Targets: 0 allocs/op on
-// the admission path of a known key, TokenBucket.Allow no slower than
-// golang.org/x/time/rate's Limiter.Allow, and BenchmarkGCRAAllowParallel
+// the admission path of a known key, Bucket.Allow no slower than
+// golang.org/x/time/rate's Limiter.Allow, and BenchmarkKeyedAllowParallel
 // at least 1.5 times faster per op with 2 cores than with 1 (compare its
 // ns/op under -cpu 1,2).
 
-// BenchmarkTokenBucketAllow measures the admitting path: the rate is so
+// BenchmarkBucketAllow measures the admitting path: the rate is so
 // high that every call finds a token.
-func BenchmarkTokenBucketAllow(b *testing.B) {
-	tb, err := NewTokenBucket(1e12, 1<<30)
+func BenchmarkBucketAllow(b *testing.B) {
+	tb, err := NewBucket(1e12, 1<<30)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,8 +41,8 @@ var gcraBenchKeys = func() []string {
 // every benchmark key. The rate leaves each key room for a burst far
 // beyond what a benchmark sends it, so every call is admitted and writes
 // its key's TAT: the costlier path.
-func newBenchGCRA(b *testing.B) *KeyedGCRA {
-	g, err := NewKeyedGCRA(1e6, 1<<20)
+func newBenchGCRA(b *testing.B) *Keyed {
+	g, err := NewKeyed(1e6, 1<<20)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,9 +54,9 @@ func newBenchGCRA(b *testing.B) *KeyedGCRA {
 	return g
 }
 
-// BenchmarkGCRAAllow measures Allow on keys the limiter already tracks,
+// BenchmarkKeyedAllow measures Allow on keys the limiter already tracks,
 // from one goroutine.
-func BenchmarkGCRAAllow(b *testing.B) {
+func BenchmarkKeyedAllow(b *testing.B) {
 	g := newBenchGCRA(b)
 	b.ReportAllocs()
 	i := 0
@@ -70,12 +70,12 @@ func BenchmarkGCRAAllow(b *testing.B) {
 	}
 }
 
-// BenchmarkGCRAAllowParallel measures Allow from every core, each
+// BenchmarkKeyedAllowParallel measures Allow from every core, each
 // goroutine walking all the keys from its own starting point, as many
 // clients served on all cores would. A tracked key is decided without a
 // lock and with one compare-and-swap on its own state, so ns/op should
 // fall nearly in proportion to the cores.
-func BenchmarkGCRAAllowParallel(b *testing.B) {
+func BenchmarkKeyedAllowParallel(b *testing.B) {
 	g := newBenchGCRA(b)
 	var start atomic.Int64
 	b.ReportAllocs()

@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"fmt"
@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestKeyedGCRAFloodDoesNotLockOutNewCallers is the attack on a full key
+// TestKeyedFloodDoesNotLockOutNewCallers is the attack on a full key
 // table: an attacker spends one request on each of more distinct keys than
 // the table holds, all of them still counted; a legitimate caller seen for
 // the first time must still be admitted.
-func TestKeyedGCRAFloodDoesNotLockOutNewCallers(t *testing.T) {
+func TestKeyedFloodDoesNotLockOutNewCallers(t *testing.T) {
 	const maxKeys = 1000
 	g, clk := newStepGCRA(t, 1, 5, WithMaxKeys(maxKeys))
 	for i := range 10 * maxKeys {
@@ -30,9 +30,9 @@ func TestKeyedGCRAFloodDoesNotLockOutNewCallers(t *testing.T) {
 	assertConsistent(t, g)
 }
 
-// TestKeyedGCRAEvictionPrefersLightKeys: a full table forgets the keys
+// TestKeyedEvictionPrefersLightKeys: a full table forgets the keys
 // that spent one request before a key that spent its whole burst.
-func TestKeyedGCRAEvictionPrefersLightKeys(t *testing.T) {
+func TestKeyedEvictionPrefersLightKeys(t *testing.T) {
 	g, clk := newStepGCRA(t, 1, 10, WithMaxKeys(2*gcraShards)) // two keys per shard
 	for range 10 {
 		require.True(t, allow(t, g, "heavy").Allowed)
@@ -45,10 +45,10 @@ func TestKeyedGCRAEvictionPrefersLightKeys(t *testing.T) {
 	assert.False(t, d.Allowed, "the key that spent its burst is still remembered: %+v", d)
 }
 
-// TestKeyedGCRAMemoryOfLongKeys measures the heap held by 100,000 callers
+// TestKeyedMemoryOfLongKeys measures the heap held by 100,000 callers
 // named by 1 KiB keys: keys are stored hashed, so their length costs
 // nothing.
-func TestKeyedGCRAMemoryOfLongKeys(t *testing.T) {
+func TestKeyedMemoryOfLongKeys(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocates 100,000 keys")
 	}
@@ -77,7 +77,7 @@ func TestKeyedGCRAMemoryOfLongKeys(t *testing.T) {
 }
 
 func TestRefund(t *testing.T) {
-	t.Run("KeyedGCRA", func(t *testing.T) {
+	t.Run("Keyed", func(t *testing.T) {
 		g, clk := newStepGCRA(t, 1, 2)
 		require.True(t, allow(t, g, "a").Allowed)
 		require.True(t, allow(t, g, "a").Allowed)
@@ -95,7 +95,7 @@ func TestRefund(t *testing.T) {
 		assert.Equal(t, Decision{Allowed: true, Remaining: 0}, allow(t, g, "a"))
 		assertConsistent(t, g)
 	})
-	t.Run("TokenBucket", func(t *testing.T) {
+	t.Run("Bucket", func(t *testing.T) {
 		b, _ := newStepBucket(t, 1, 2)
 		require.True(t, b.Allow())
 		require.True(t, b.Allow())
@@ -105,6 +105,6 @@ func TestRefund(t *testing.T) {
 		b.Refund()
 		b.Refund()
 		b.Refund()
-		assert.InDelta(t, 2.0, b.Tokens(), 1e-9, "never above capacity")
+		assert.InDelta(t, 2.0, b.available(), 1e-9, "never above capacity")
 	})
 }
