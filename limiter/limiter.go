@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/waitlist"
 )
 
 // MaxLimit is the largest concurrency limit a Limiter accepts. It keeps
@@ -37,7 +39,7 @@ type Limiter struct {
 	epoch    time.Time // origin of the monotonic readings in Tokens
 
 	mu     sync.Mutex // serializes limit changes and guards the fields below
-	waitq  waitList[waiter, *waiter]
+	waitq  waitlist.List[waiter, *waiter]
 	pinned bool // the limit is held by Pin, not by the Algorithm
 }
 
@@ -147,7 +149,7 @@ func (l *Limiter) wait(ctx context.Context) (Token, error) {
 		}
 	}
 	w := &waiter{ready: make(chan struct{})}
-	l.waitq.push(w)
+	l.waitq.Push(w)
 	l.mu.Unlock()
 
 	select {
@@ -166,7 +168,7 @@ func (l *Limiter) wait(ctx context.Context) (Token, error) {
 				l.release()
 			}
 		} else {
-			l.waitq.remove(w)
+			l.waitq.Remove(w)
 			l.addWaitersLocked(-1)
 			l.mu.Unlock()
 		}
@@ -208,7 +210,7 @@ func (l *Limiter) handOff() {
 		s := state(l.state.Load())
 		if s.waiters() > 0 && s.avail() >= 0 {
 			if l.state.CompareAndSwap(uint64(s), uint64(s-oneWaiter)) {
-				l.wakeLocked(l.waitq.pop(l.lifo), nil)
+				l.wakeLocked(l.waitq.Pop(l.lifo), nil)
 				return
 			}
 			continue
@@ -228,14 +230,14 @@ func (l *Limiter) serveWaitersLocked() {
 			return
 		}
 		if l.state.CompareAndSwap(uint64(s), uint64((s - oneWaiter).withAvail(-1))) {
-			l.wakeLocked(l.waitq.pop(l.lifo), nil)
+			l.wakeLocked(l.waitq.Pop(l.lifo), nil)
 		}
 	}
 }
 
 // rejectWaitersLocked fails every queued caller with err.
 func (l *Limiter) rejectWaitersLocked(err error) {
-	for w := l.waitq.pop(false); w != nil; w = l.waitq.pop(false) {
+	for w := l.waitq.Pop(false); w != nil; w = l.waitq.Pop(false) {
 		l.addWaitersLocked(-1)
 		l.wakeLocked(w, err)
 	}
@@ -386,5 +388,5 @@ type waiter struct {
 	ready chan struct{} // closed when woken
 	woken bool          // guarded by Limiter.mu
 	err   error         // nil with a permit, else the rejection
-	links[waiter]
+	waitlist.Links[waiter]
 }

@@ -7,6 +7,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/waitlist"
 )
 
 // A Decision is a rate limiter's answer to one request, with what a caller
@@ -67,7 +69,7 @@ type Bucket struct {
 	eps    float64 // epsilonFor(rate)
 	tokens float64 // tokens at time last, in [0, burst]
 	last   int64   // the latest reading, never decreases
-	waitq  waitList[tbWaiter, *tbWaiter]
+	waitq  waitlist.List[tbWaiter, *tbWaiter]
 	nwait  int // len(waitq)
 }
 
@@ -308,7 +310,7 @@ func (b *Bucket) Wait(ctx context.Context) error {
 		return ErrRateLimited
 	}
 	w := &tbWaiter{wake: make(chan struct{}, 1)}
-	b.waitq.push(w)
+	b.waitq.Push(w)
 	b.nwait++
 	return b.park(ctx, w) // unlocks b.mu
 }
@@ -333,7 +335,7 @@ func (b *Bucket) park(ctx context.Context, w *tbWaiter) error {
 			return err
 		}
 		var tick <-chan time.Time
-		if b.waitq.head == w {
+		if b.waitq.Front() == w {
 			now := b.nanos()
 			b.advanceLocked(now)
 			if b.tokens+b.eps >= 1 {
@@ -363,8 +365,8 @@ func (b *Bucket) park(ctx context.Context, w *tbWaiter) error {
 // leaveLocked removes w from the queue and, if w was its head, wakes the
 // new head so that it starts timing its own token.
 func (b *Bucket) leaveLocked(w *tbWaiter) {
-	wasHead := b.waitq.head == w
-	b.waitq.remove(w)
+	wasHead := b.waitq.Front() == w
+	b.waitq.Remove(w)
 	b.nwait--
 	if wasHead {
 		b.nudgeHeadLocked()
@@ -373,7 +375,7 @@ func (b *Bucket) leaveLocked(w *tbWaiter) {
 
 // nudgeHeadLocked makes the head waiter, if any, look at the bucket again.
 func (b *Bucket) nudgeHeadLocked() {
-	if h := b.waitq.head; h != nil {
+	if h := b.waitq.Front(); h != nil {
 		select {
 		case h.wake <- struct{}{}:
 		default: // already nudged
@@ -391,5 +393,5 @@ func (b *Bucket) String() string {
 // tbWaiter is a caller parked in Bucket.Wait.
 type tbWaiter struct {
 	wake chan struct{} // buffered: a nudge is never lost nor blocks
-	links[tbWaiter]
+	waitlist.Links[tbWaiter]
 }
