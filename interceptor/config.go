@@ -387,7 +387,7 @@ func cfgAlgorithm(l *sluicev1.Limit) (string, protoreflect.Message) {
 }
 
 // cfgLimiterFields names the file's field, relative to the limit, of each
-// limiter.ConfigError field that is not "<Kind>Config.<Field>" of the
+// limiter.FieldError field that is not "<Kind>Config.<Field>" of the
 // limit's algorithm (which the rule in cfgLimiterCheck maps).
 var cfgLimiterFields = map[string]string{
 	"Fixed limit":        "fixed.limit",
@@ -395,14 +395,14 @@ var cfgLimiterFields = map[string]string{
 	"LittleQueue target": "queue.target",
 }
 
-// cfgAllowed overrides what a limiter.ConfigError allows where the file
+// cfgAllowed overrides what a limiter.FieldError allows where the file
 // reads otherwise: a zero AIMD timeout is "unset" in the file.
 var cfgAllowed = map[string]string{
 	"AIMDConfig.Timeout": ">= 0",
 }
 
 // cfgLimiterCheck has package limiter check the algorithm and the queue
-// of out, converted from l, and adds each *limiter.ConfigError to ps under
+// of out, converted from l, and adds each *limiter.FieldError to ps under
 // its path in the file. A field l leaves unset is shown as the limiter's
 // default ("default 20"), and a problem that only follows from another
 // (an initial limit outside a min_limit already reported) is left out.
@@ -426,7 +426,7 @@ func cfgLimiterCheck(ps *cfgProblems, path string, l *sluicev1.Limit, out Limit)
 	var found []problem
 	bad := map[string]bool{}
 	for _, leaf := range cfgLeaves(errors.Join(errs...)) {
-		var ce *limiter.ConfigError
+		var ce *limiter.FieldError
 		if !errors.As(leaf, &ce) {
 			// A check without a field: report it whole.
 			found = append(found, problem{path: path, message: leaf.Error()})

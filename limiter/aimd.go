@@ -132,10 +132,10 @@ func (c AIMDConfig) Validate() error {
 	c = c.withDefaults()
 	errs := []error{checkLimits("AIMDConfig", c.InitialLimit, c.MinLimit, c.MaxLimit)}
 	if !(c.BackoffRatio >= 0.5 && c.BackoffRatio < 1) {
-		errs = append(errs, &ConfigError{"AIMDConfig.BackoffRatio", c.BackoffRatio, "in [0.5, 1)"})
+		errs = append(errs, &FieldError{"AIMDConfig.BackoffRatio", c.BackoffRatio, "in [0.5, 1)"})
 	}
 	if c.Timeout < 0 {
-		errs = append(errs, &ConfigError{"AIMDConfig.Timeout", c.Timeout, "> 0, or 0 for the adaptive threshold"})
+		errs = append(errs, &FieldError{"AIMDConfig.Timeout", c.Timeout, "> 0, or 0 for the adaptive threshold"})
 	}
 	return errors.Join(errs...)
 }

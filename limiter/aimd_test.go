@@ -111,7 +111,7 @@ func TestAIMDConfigErrors(t *testing.T) {
 			for _, w := range tt.want {
 				assert.Contains(t, err.Error(), w)
 			}
-			var ce *ConfigError
+			var ce *FieldError
 			assert.ErrorAs(t, err, &ce)
 		})
 	}

@@ -9,7 +9,7 @@ type Fixed struct{ n int }
 // NewFixed returns a Fixed limit of n, which must be in [1, MaxLimit].
 func NewFixed(n int) (*Fixed, error) {
 	if n < 1 || n > MaxLimit {
-		return nil, &ConfigError{"Fixed limit", n, fmt.Sprintf("in [1, %d]", MaxLimit)}
+		return nil, &FieldError{"Fixed limit", n, fmt.Sprintf("in [1, %d]", MaxLimit)}
 	}
 	return &Fixed{n: n}, nil
 }

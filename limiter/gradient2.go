@@ -51,13 +51,13 @@ func (c Gradient2Config) Validate() error {
 	c = c.withDefaults()
 	errs := []error{checkLimits("Gradient2Config", c.InitialLimit, c.MinLimit, c.MaxLimit)}
 	if c.QueueSize < 0 {
-		errs = append(errs, &ConfigError{"Gradient2Config.QueueSize", c.QueueSize, ">= 0"})
+		errs = append(errs, &FieldError{"Gradient2Config.QueueSize", c.QueueSize, ">= 0"})
 	}
 	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
-		errs = append(errs, &ConfigError{"Gradient2Config.Smoothing", c.Smoothing, "in (0, 1]"})
+		errs = append(errs, &FieldError{"Gradient2Config.Smoothing", c.Smoothing, "in (0, 1]"})
 	}
 	if c.LongWindow < 1 {
-		errs = append(errs, &ConfigError{"Gradient2Config.LongWindow", c.LongWindow, ">= 1"})
+		errs = append(errs, &FieldError{"Gradient2Config.LongWindow", c.LongWindow, ">= 1"})
 	}
 	return errors.Join(errs...)
 }

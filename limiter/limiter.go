@@ -299,7 +299,7 @@ func (l *Limiter) follow() {
 // nothing is admitted and queued callers get ErrLimitExceeded.
 func (l *Limiter) Pin(n int) error {
 	if n < 0 || n > MaxLimit {
-		return &ConfigError{"pinned limit", n, fmt.Sprintf("in [0, %d]", MaxLimit)}
+		return &FieldError{"pinned limit", n, fmt.Sprintf("in [0, %d]", MaxLimit)}
 	}
 	l.mu.Lock()
 	l.pinned = true

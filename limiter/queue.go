@@ -47,10 +47,10 @@ func (q Queue) String() string {
 
 func (q Queue) validate() error {
 	if q.size < 0 || q.size > MaxLimit {
-		return &ConfigError{"FixedQueue size", q.size, fmt.Sprintf("in [0, %d]", MaxLimit)}
+		return &FieldError{"FixedQueue size", q.size, fmt.Sprintf("in [0, %d]", MaxLimit)}
 	}
 	if q.target < 0 {
-		return &ConfigError{"LittleQueue target", q.target, "> 0"}
+		return &FieldError{"LittleQueue target", q.target, "> 0"}
 	}
 	return nil
 }

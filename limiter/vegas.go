@@ -55,16 +55,16 @@ func (c VegasConfig) Validate() error {
 	c = c.withDefaults()
 	errs := []error{checkLimits("VegasConfig", c.InitialLimit, c.MinLimit, c.MaxLimit)}
 	if !(c.Alpha > 0) {
-		errs = append(errs, &ConfigError{"VegasConfig.Alpha", c.Alpha, "> 0"})
+		errs = append(errs, &FieldError{"VegasConfig.Alpha", c.Alpha, "> 0"})
 	}
 	if !(c.Beta > c.Alpha) {
-		errs = append(errs, &ConfigError{"VegasConfig.Beta", c.Beta, fmt.Sprintf("> Alpha (%v)", c.Alpha)})
+		errs = append(errs, &FieldError{"VegasConfig.Beta", c.Beta, fmt.Sprintf("> Alpha (%v)", c.Alpha)})
 	}
 	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
-		errs = append(errs, &ConfigError{"VegasConfig.Smoothing", c.Smoothing, "in (0, 1]"})
+		errs = append(errs, &FieldError{"VegasConfig.Smoothing", c.Smoothing, "in (0, 1]"})
 	}
 	if c.ProbeMultiplier < 1 {
-		errs = append(errs, &ConfigError{"VegasConfig.ProbeMultiplier", c.ProbeMultiplier, ">= 1"})
+		errs = append(errs, &FieldError{"VegasConfig.ProbeMultiplier", c.ProbeMultiplier, ">= 1"})
 	}
 	return errors.Join(errs...)
 }
