@@ -563,7 +563,7 @@ func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit)
 		}
 	}
 	if n := cl.GetMaxCallers(); n < 0 {
-		ps.add(path+".max_callers", "%d is not in [1, %d] (0 for %d)", n, math.MaxInt32, DefaultMaxCallers)
+		ps.add(path+".max_callers", "%d is not in [1, %d] (0 for %d)", n, math.MaxInt32, defaultMaxCallers)
 	}
 }
 

@@ -55,14 +55,14 @@ type KeyFunc func(ctx context.Context, fullMethod string) string
 // come from metadata or addresses, which never contain a NUL byte.
 const anonymous = "\x00anonymous"
 
-// DefaultMaxCallers bounds the callers WithCallerRateLimit tracks at once
+// defaultMaxCallers bounds the callers WithCallerRateLimit tracks at once
 // unless WithMaxCallers says otherwise. Callers are kept as 64-bit hashes
 // of their keys, about 30 bytes each: 100,000 take a few MiB.
-const DefaultMaxCallers = 100_000
+const defaultMaxCallers = 100_000
 
 // WithMaxCallers bounds the callers WithCallerRateLimit tracks at once, so
 // that a flood of made-up caller keys cannot exhaust memory. The default
-// is DefaultMaxCallers. A new caller is never refused because the table
+// is 100,000. A new caller is never refused because the table
 // is full: the callers forgotten first are those back at a full burst,
 // who lose nothing; then those nearest to a full burst (see
 // ratelimit.WithMaxKeys). Size it above the callers you expect within one
@@ -156,7 +156,7 @@ func newCallerLimit(c *config) (*callerLimit, error) {
 	}
 	maxCallers := c.maxCallers
 	if maxCallers == 0 {
-		maxCallers = DefaultMaxCallers
+		maxCallers = defaultMaxCallers
 	}
 	g, err := ratelimit.NewKeyed(c.callerRate.PerSecond, c.callerRate.burst(), ratelimit.WithMaxKeys(maxCallers))
 	if err != nil {

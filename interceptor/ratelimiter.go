@@ -35,7 +35,7 @@ type RateLimiter struct {
 type RateLimiterOption func(*config)
 
 // WithCallerQuota gives each caller, as named by key, a quota of r of its
-// own, with at most DefaultMaxCallers callers tracked at once.
+// own, with at most 100,000 callers tracked at once.
 func WithCallerQuota(key KeyFunc, r RateLimit) RateLimiterOption {
 	return RateLimiterOption(WithCallerRateLimit(key, r))
 }
