@@ -153,8 +153,16 @@ func deadlineStorm(t *testing.T, server []Option) {
 		server: server,
 		client: []Option{WithDefault(Limit{Queue: limiter.FixedQueue(64)})},
 	})
-	// Thousands of events would overflow the harness's channels.
-	e.srv.released, e.srv.rejected, e.cli.released, e.cli.rejected = nil, nil, nil, nil
+	// Thousands of events would overflow the harness's channels: count
+	// none, but hear of every release, to wait for the last ones below.
+	released := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case released <- struct{}{}:
+		default:
+		}
+	}
+	e.srv.released, e.srv.rejected, e.cli.released, e.cli.rejected = signal, nil, signal, nil
 	// Connect first: calls of a few milliseconds could all expire while
 	// the connection is being set up.
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{Payload: "warm-up"})
@@ -178,6 +186,24 @@ func deadlineStorm(t *testing.T, server []Option) {
 	wg.Wait()
 	e.stop()
 	assert.Positive(t, served.Load(), "the storm reached the server")
+	// A permit the tap took for a stream that grpc-go then aborted (its
+	// deadline had passed) comes back from a context.AfterFunc, in a
+	// goroutine of its own: wait for those, release by release.
+	inflight := func() (n int) {
+		for _, c := range []*core{e.srv.core, e.cli.core} {
+			for _, g := range c.gates() {
+				n += g.lim.Inflight()
+			}
+		}
+		return n
+	}
+	for inflight() > 0 {
+		select {
+		case <-released:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "permits still in flight 10 s after the storm", "%d", inflight())
+		}
+	}
 	for _, c := range []*core{e.srv.core, e.cli.core} {
 		for _, g := range c.gates() {
 			assert.Zero(t, g.lim.Inflight(), "%s %s", c.side, g.name)
