@@ -476,6 +476,17 @@ func (a *AIMD) maybeProbeLocked(now time.Time, full bool) {
 		probing: true, probeFrom: now, steady: a.falls < collapseFalls}
 }
 
+// probeSamplesLocked is how many calls admitted under the probe limit a
+// probe measures: a round trip's worth, but no more than the probe limit
+// admits at once, so that a probe lasts about one RTT however long the
+// RTT. Fewer samples make a noisier mean, which the noise test weighs.
+func (a *AIMD) probeSamplesLocked() int {
+	return min(int(a.need.Load()), max(a.probeLimitLocked(), minProbeSamples))
+}
+
+// minProbeSamples is the fewest calls a probe measures.
+const minProbeSamples = 4
+
 // probeCollectFactor × the baseline is how long a probe keeps collecting
 // its calls after admission ends.
 const probeCollectFactor = 4
@@ -489,7 +500,7 @@ func (a *AIMD) probeLocked(s Sample) {
 		b.probeSum += s.RTT
 	}
 	switch {
-	case b.probing && b.probeN >= int(a.need.Load()):
+	case b.probing && b.probeN >= a.probeSamplesLocked():
 		// Enough admitted: restore the limit, keep collecting.
 		b.probing, b.collecting = false, true
 		b.probeTo = s.At
