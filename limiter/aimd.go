@@ -199,6 +199,7 @@ type baseline struct {
 	probeN       int
 	probeSum     time.Duration
 	steady       bool // the limit was not collapsing when the probe started
+	scaled       bool // the limit was scaled to the probe's RTT already
 }
 
 // offer shows the baseline a round trip's mean RTT. The baseline is the
@@ -487,6 +488,25 @@ func (a *AIMD) probeSamplesLocked() int {
 // minProbeSamples is the fewest calls a probe measures.
 const minProbeSamples = 4
 
+// drainedLocked reports whether a probe's mean m is lower than the
+// baseline by more than its own noise (windowSigmas standard errors of
+// its mean): the baseline had taken a queue for the RTT.
+func (a *AIMD) drainedLocked(m time.Duration) bool {
+	noise := 1.0
+	if a.cv >= 0 {
+		noise = windowSigmas * a.cv / math.Sqrt(float64(a.base.probeN))
+	}
+	return float64(m) < (1-noise)*float64(a.base.rtt)
+}
+
+// scaleLimitLocked lowers the limit in proportion when a probe finds the
+// true RTT m below a baseline that included a queue. The limit sat at that
+// baseline, so it included the queue too: by Little's law, the same
+// throughput at the true RTT needs proportionally fewer calls in flight.
+func (a *AIMD) scaleLimitLocked(m time.Duration) {
+	a.limit = max(float64(a.cfg.MinLimit), a.limit*max(float64(m)/float64(a.base.rtt), 0.75))
+}
+
 // probeCollectFactor × the baseline is how long a probe keeps collecting
 // its calls after admission ends.
 const probeCollectFactor = 4
@@ -510,6 +530,15 @@ func (a *AIMD) probeLocked(s Sample) {
 		}
 		b.collectUntil = s.At.Add(probeCollectFactor * wait)
 		a.win.reset(s.At)
+		// A probe that already reads far below the baseline drained a
+		// queue: scale the limit now rather than restore it to a value
+		// that rebuilds the queue while the probe's slow calls return.
+		// The baseline follows at once, tentatively: the round trips
+		// until the probe ends must not count as spare against it.
+		if m := b.probeSum / time.Duration(b.probeN); a.probes == 1 && a.drainedLocked(m) {
+			a.scaleLimitLocked(m)
+			b.rtt, b.scaled = m, true
+		}
 	case b.collecting && !s.At.Before(b.collectUntil):
 		b.collecting = false
 		m := b.probeSum / time.Duration(b.probeN)
@@ -527,11 +556,16 @@ func (a *AIMD) probeLocked(s Sample) {
 		// (windowSigmas standard errors of its mean) drained a queue the
 		// baseline had taken for the RTT, as when a limiter starts under
 		// overload: it replaces the baseline.
-		noise := 1.0
-		if a.cv >= 0 {
-			noise = windowSigmas * a.cv / math.Sqrt(float64(b.probeN))
-		}
-		if float64(m) < (1-noise)*float64(b.rtt) || (m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt)) || !b.steady {
+		switch {
+		case b.scaled:
+			// Drained already; the calls collected since settle the RTT.
+			b.rtt, b.smooth = m, m
+		case a.drainedLocked(m):
+			if a.probes == 1 {
+				a.scaleLimitLocked(m)
+			}
+			b.rtt, b.smooth = m, m
+		case (m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt)) || !b.steady:
 			b.rtt, b.smooth = m, m
 		}
 		b.updated = s.At

@@ -286,25 +286,31 @@ func TestAIMDProbe(t *testing.T) {
 			// probe runs the loaded round trips until a probe starts and
 			// then the probe, whose calls take rtt; it returns how long the
 			// baseline went unconfirmed and the probe's limit.
-			probe := func(load, rtt time.Duration) (time.Duration, int) {
+			probe := func(load, rtt time.Duration) (time.Duration, int, float64) {
 				learned := a.base.updated
 				for !a.base.probing {
 					trip(load, a.Limit())
 				}
 				waited, limit := at.Sub(learned), a.Limit()
-				steady := int(a.limit)
+				steady, base := a.limit, a.base.rtt
 				// Once a round trip's worth of calls admitted under the
 				// probe limit is back, the limit is restored, and the
-				// probe collects its slower calls for 4 baselines.
+				// probe collects its slower calls for 4 baselines. A
+				// first probe that drained a queue scales the limit
+				// down with the RTT, by a quarter at most.
 				feed(a, roundTrip(at, rtt, minTripSamples, a.Limit(), Success))
 				assert.False(t, a.base.probing)
-				assert.GreaterOrEqual(t, a.Limit(), steady, "limit restored")
+				if a.probes == 1 && rtt < base {
+					assert.Equal(t, int(steady*max(float64(rtt)/float64(base), 0.75)), a.Limit(), "limit scaled")
+				} else {
+					assert.GreaterOrEqual(t, a.Limit(), int(steady), "limit restored")
+				}
 				feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Ignored, At: at.Add(60 * ms)}})
 				assert.True(t, a.base.collecting, "ignored samples do not advance the probe")
 				feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Success, At: at.Add(200 * ms)}})
 				assert.False(t, a.base.collecting)
 				at = at.Add(200 * ms)
-				return waited, limit
+				return waited, limit, steady
 			}
 			for range smoothWarmup {
 				trip(10*ms, 5)
@@ -317,9 +323,9 @@ func TestAIMDProbe(t *testing.T) {
 			if tt.load > 13*ms { // every round trip late: never steady
 				wait = 2 * firstProbe
 			}
-			waited, limit := probe(tt.load, tt.probe)
+			waited, limit, steady := probe(tt.load, tt.probe)
 			assert.InDelta(t, wait, waited, float64(10*tt.load), "first probe")
-			assert.Equal(t, max(10, int(firstProbeFraction*a.limit)), limit, "first probe at a quarter")
+			assert.Equal(t, max(10, int(firstProbeFraction*steady)), limit, "first probe at a quarter")
 			assert.Equal(t, tt.want, a.base.rtt)
 
 			// The next ones wait probeInterval and lower the limit to two
@@ -330,9 +336,9 @@ func TestAIMDProbe(t *testing.T) {
 			// (Round trips 20 % above the baseline neither confirm it nor
 			// are late.)
 			load := a.base.rtt * 6 / 5
-			waited, limit = probe(load, a.base.rtt)
+			waited, limit, steady = probe(load, a.base.rtt)
 			assert.InDelta(t, probeInterval, waited, float64(10*load), "later probe")
-			assert.Equal(t, max(10, int(probeFraction*a.limit)), limit, "later probe at two thirds")
+			assert.Equal(t, max(10, int(probeFraction*steady)), limit, "later probe at two thirds")
 		})
 	}
 }
