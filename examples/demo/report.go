@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/overload"
 )
 
 // results is everything the demo measured, ready to print.
@@ -152,7 +153,7 @@ func (r results) writeMarkdown(w io.Writer) error {
 	p("- Client: a plain gRPC client (no client-side sluice), so the table shows the server's protection alone. Each run uses a fresh server, backend and client.")
 	p("- Machine: %s.", machine())
 	p("- %s.", strings.ToUpper(r.cpuNote()[:1])+r.cpuNote()[1:])
-	p("- Whether the machine kept up: a goroutine sleeps %v at a time and records how late it wakes up; more than S/2 late means the numbers of that second are about the machine.", lagProbe)
+	p("- Whether the machine kept up: a goroutine sleeps %v at a time and records how late it wakes up; more than S/2 late means the numbers of that second are about the machine.", overload.LagProbe)
 	for _, n := range r.lagNotes() {
 		p("  - %s.", n)
 	}

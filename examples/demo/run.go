@@ -88,7 +88,7 @@ type runResult struct {
 	Samples []limitSample // sluice's limiter every sampleEvery; nil unprotected
 	CPU     time.Duration // CPU time the process used during the run
 	Wall    time.Duration
-	Lags    []time.Duration // worst timer lag in each second (see lagMonitor)
+	Lags    []time.Duration // worst timer lag in each second (see overload.LagMonitor)
 	Load    [2]string       // the machine's load average before and after
 }
 
@@ -217,8 +217,8 @@ func runProfile(ctx context.Context, name string, protected bool, o options, pha
 		}()
 	}
 
-	load0 := loadAverage()
-	lags := startLagMonitor(start)
+	load0 := overload.LoadAverage()
+	lags := overload.StartLagMonitor(start)
 	cpu0 := overload.ProcessCPU()
 	rep, err := loadgen.Run(ctx, loadgen.Config{
 		Phases:   lp,
@@ -242,7 +242,7 @@ func runProfile(ctx context.Context, name string, protected bool, o options, pha
 		return nil, fmt.Errorf("%s run interrupted: %w", name, ctx.Err())
 	}
 	return &runResult{Name: name, Sluice: protected, Report: rep, Samples: samples, CPU: cpu, Wall: rep.Duration,
-		Lags: lagPerSecond, Load: [2]string{load0, loadAverage()}}, nil
+		Lags: lagPerSecond, Load: [2]string{load0, overload.LoadAverage()}}, nil
 }
 
 // machine describes where the demo ran, for the report.

@@ -158,7 +158,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		base.Options = []interceptor.Option{interceptor.WithDefault(interceptor.Limit{
 			Algorithm: interceptor.AIMD(limiter.AIMDConfig{InitialLimit: o.InitialLimit})})}
 	}
-	load := [2]string{loadAverage()}
+	load := [2]string{overload.LoadAverage()}
 	fmt.Fprintf(out, "sluice fleet: servers of %v workers, S=%v → ideal %.0f calls/s; offered %.0f calls/s (%gx); deadline %v; %v per balancer\n",
 		o.Capacities, o.S, base.Ideal(), base.Rate(), o.Load, 10*o.S, o.Duration)
 	var passes []pass
@@ -190,25 +190,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		passes = append(passes, pass{balancer: b, Result: res,
 			Summary: res.Summarize(from, to, o.S/2), All: res.Summarize(from, to, 0)})
 	}
-	load[1] = loadAverage()
+	load[1] = overload.LoadAverage()
 	rep := report{o: o, passes: passes, date: time.Now(), load: load}
 	fmt.Fprintln(out)
 	rep.writeSummary(out)
 	return overload.WriteOutputs(out, o.Out,
 		overload.Output{Name: "fleet.md", Write: rep.writeMarkdown},
 		overload.Output{Name: "fleet.png", Write: rep.writeChart})
-}
-
-// loadAverage is the machine's 1-minute load average, or "?": a run on a
-// busy machine measures the machine as much as the fleet.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
 }

@@ -19,11 +19,7 @@ type report struct {
 }
 
 // line is a balancer's summary s in one line.
-func line(p pass, s fleet.Summary) string {
-	cfg := p.Result.Config
-	return fmt.Sprintf("goodput %.0f/s of %.0f/s ideal (%.1f %%); traffic shares %s (capacity %s); goodput per server %s /s",
-		s.Goodput, s.Ideal, 100*s.GoodputRatio(), pcts(s.Share), pcts(cfg.CapacityShares()), rates(s.Good))
-}
+func line(p pass, s fleet.Summary) string { return s.Line(p.Result.Config) }
 
 func (r report) writeSummary(w io.Writer) {
 	fmt.Fprintf(w, "after the first %v of each run, every second:\n", r.o.Skip)
@@ -84,22 +80,6 @@ func (r report) writeMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "![traffic share and goodput per server over time](fleet.png)\n")
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func pcts(v []float64) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = fmt.Sprintf("%.1f%%", 100*x)
-	}
-	return strings.Join(s, " / ")
-}
-
-func rates(v []float64) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = fmt.Sprintf("%.0f", x)
-	}
-	return strings.Join(s, " / ")
 }
 
 func joinInts(v []int, sep string) string {

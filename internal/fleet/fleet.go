@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -181,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		ticked  int
 	)
 	start := time.Now()
-	lags := watchLag(start)
+	lags := overload.StartLagMonitor(start)
 	deadline := cfg.deadline()
 	call := func(ctx context.Context) error {
 		arrived := time.Since(start)
@@ -225,7 +226,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		// Calls arriving in second t end by t+1+deadline; report a second
 		// once they all have.
-		worst := lags.sofar()
+		worst := lags.SoFar()
 		mu.Lock()
 		var done []Second
 		for ; ticked < len(seconds) && time.Duration(ticked+1)*time.Second+deadline < w.End; ticked++ {
@@ -247,7 +248,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Seed:     cfg.Seed,
 		Tick:     tick,
 	})
-	worst := lags.stop()
+	worst := lags.Stop()
 	if err != nil {
 		return nil, err
 	}
@@ -266,50 +267,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return &Result{Config: cfg, Report: rep, Seconds: seconds}, nil
 }
 
-// lagWatch records the worst scheduling delay of each second of a run.
-type lagWatch struct {
-	mu    sync.Mutex
-	worst []time.Duration
-	done  chan struct{}
-	wg    sync.WaitGroup
-}
-
-func watchLag(start time.Time) *lagWatch {
-	l := &lagWatch{done: make(chan struct{})}
-	l.wg.Go(func() {
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-l.done:
-				return
-			case sent := <-t.C:
-				now := time.Now()
-				s := int(sent.Sub(start) / time.Second)
-				l.mu.Lock()
-				for len(l.worst) <= s {
-					l.worst = append(l.worst, 0)
-				}
-				l.worst[s] = max(l.worst[s], now.Sub(sent))
-				l.mu.Unlock()
-			}
-		}
-	})
-	return l
-}
-
-func (l *lagWatch) sofar() []time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]time.Duration(nil), l.worst...)
-}
-
-func (l *lagWatch) stop() []time.Duration {
-	close(l.done)
-	l.wg.Wait()
-	return l.sofar()
-}
-
 // A Summary is a run's totals over the seconds [from, to).
 type Summary struct {
 	Goodput float64   // good calls per second, the whole fleet
@@ -322,6 +279,21 @@ type Summary struct {
 
 // GoodputRatio is Goodput / Ideal.
 func (s Summary) GoodputRatio() float64 { return s.Goodput / s.Ideal }
+
+// Line is s in one line, beside c's capacity shares, for reports.
+func (s Summary) Line(c Config) string {
+	return fmt.Sprintf("goodput %.0f/s of %.0f/s ideal (%.1f %%); traffic shares %s (capacity %s); goodput per server %s /s",
+		s.Goodput, s.Ideal, 100*s.GoodputRatio(), joinFloats(s.Share, "%.1f%%", 100), joinFloats(c.CapacityShares(), "%.1f%%", 100), joinFloats(s.Good, "%.0f", 1))
+}
+
+// joinFloats formats each of v, times scale, with format, separated by " / ".
+func joinFloats(v []float64, format string, scale float64) string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = fmt.Sprintf(format, scale*x)
+	}
+	return strings.Join(out, " / ")
+}
 
 // CapacityShares is each server's fraction of the fleet's capacity.
 func (c Config) CapacityShares() []float64 {

@@ -102,8 +102,7 @@ func TestFleetComparison(t *testing.T) {
 			what string
 			s    Summary
 		}{{"all seconds", all}, {fmt.Sprintf("%d seconds with lag <= S/2", s.Seconds), s}} {
-			fmt.Fprintf(&b, "%-28s %-26s goodput %6.1f/s of %6.1f/s ideal (%5.1f %%)  shares %s (capacity %s)  goodput per server %s\n",
-				run.name, x.what, x.s.Goodput, x.s.Ideal, 100*x.s.GoodputRatio(), pcts(x.s.Share), pcts(cfg.CapacityShares()), rates(x.s.Good))
+			fmt.Fprintf(&b, "%-28s %-26s %s\n", run.name, x.what, x.s.Line(cfg))
 		}
 		if strings.HasPrefix(run.name, "weighted") {
 			wrr = s
@@ -116,20 +115,4 @@ func TestFleetComparison(t *testing.T) {
 	for i, want := range cfg.CapacityShares() {
 		assert.InDelta(t, want, wrr.Share[i], 0.10, "server %d (%d workers): traffic share vs capacity share", i+1, cfg.Capacities[i])
 	}
-}
-
-func pcts(v []float64) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = fmt.Sprintf("%4.1f%%", 100*x)
-	}
-	return strings.Join(s, " / ")
-}
-
-func rates(v []float64) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = fmt.Sprintf("%.0f", x)
-	}
-	return strings.Join(s, " / ")
 }

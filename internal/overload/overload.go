@@ -1,7 +1,8 @@
 // Package overload holds the pieces shared by the overload runs of the
-// demo (examples/demo) and of the peer comparison (bench): a gRPC service
-// in front of a simulated backend, the client side's classification of
-// results, and the measurements around a run.
+// demo (examples/demo), the fleet (internal/fleet, examples/fleet) and the
+// peer comparison (bench): a gRPC service in front of a simulated backend,
+// the client side's classification of results, and the measurements around
+// a run (CPU, timer lag, load average).
 package overload
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -50,4 +51,15 @@ func TestServiceOverBufconn(t *testing.T) {
 	cancel()
 	_, err = client.Unary(ctx, &testpb.UnaryRequest{})
 	assert.Equal(t, codes.Canceled, status.Code(err))
+}
+
+// TestLagMonitor: in a bubble whose timers fire on time, every second
+// measured has a lag of 0, and Stop ends the monitor's goroutine.
+func TestLagMonitor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := StartLagMonitor(time.Now())
+		time.Sleep(2500 * time.Millisecond) // advances the bubble's clock
+		assert.Equal(t, []time.Duration{0, 0, 0}, m.SoFar())
+		assert.Equal(t, []time.Duration{0, 0, 0}, m.Stop())
+	})
 }
