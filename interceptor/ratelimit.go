@@ -214,28 +214,45 @@ func (ch charged) refund() {
 }
 
 // checkRates applies the caller limit, then r's rate limit, before a call
-// takes a permit. The caller's quota comes first: a caller over it must
-// not spend the rate the method shares with every other caller. A token
-// taken by one check is given back when a later one rejects the call. It
-// returns what it took, or the rejection.
+// takes a permit (see takeRates). It returns what it took, or the
+// rejection.
 func (c *core) checkRates(ctx context.Context, r *route) (charged, *rejection) {
-	var ch charged
-	if cl := r.t.callers; cl != nil {
-		var after time.Duration
-		var ok bool
-		if ch, after, ok = cl.take(ctx, r.full); !ok {
-			return charged{}, c.rateReject(ctx, r, reasonCallerRate, after, cl.what)
-		}
-	}
-	if b := r.gate.bucket; b != nil {
-		if d := b.Decide(); !d.Allowed {
-			ch.refund()
-			return charged{}, c.rateReject(ctx, r, reasonRate, d.RetryAfter,
-				fmt.Sprintf("rate limit %s exceeded", r.gate.rate))
-		}
-		ch.bucket = b
+	ch, refused, ok := takeRates(ctx, r.t.callers, r.full, r.gate.bucket, r.gate.rate)
+	if !ok {
+		return charged{}, c.rateReject(ctx, r, refused.reason, refused.after, refused.what)
 	}
 	return ch, nil
+}
+
+// A rateRefusal says which rate turned a call away, and for how long.
+type rateRefusal struct {
+	reason string // reasonCallerRate or reasonRate
+	after  time.Duration
+	what   string // the rate, as rejections describe it
+}
+
+// takeRates charges a call of fullMethod to its caller's quota (cl, if
+// any), then to the shared bucket (if any). The caller's quota comes
+// first: a caller over it must not spend the rate every other caller
+// shares. A token taken by one check is given back when a later one
+// rejects the call. It returns what it took, or why it refused.
+func takeRates(ctx context.Context, cl *callerLimit, fullMethod string, bucket *ratelimit.Bucket, rate RateLimit) (charged, rateRefusal, bool) {
+	var ch charged
+	if cl != nil {
+		var after time.Duration
+		var ok bool
+		if ch, after, ok = cl.take(ctx, fullMethod); !ok {
+			return charged{}, rateRefusal{reasonCallerRate, after, cl.what}, false
+		}
+	}
+	if bucket != nil {
+		if d := bucket.Decide(); !d.Allowed {
+			ch.refund()
+			return charged{}, rateRefusal{reasonRate, d.RetryAfter, fmt.Sprintf("rate limit %s exceeded", rate)}, false
+		}
+		ch.bucket = bucket
+	}
+	return ch, rateRefusal{}, true
 }
 
 // rateReject builds the rejection of a call over a rate: the pushback is

@@ -83,20 +83,12 @@ func (e *RateLimitError) Error() string {
 // Limit admits or rejects one call: nil, or a *RateLimitError. The call's
 // method, for the caller's KeyFunc, is grpc.Method(ctx).
 func (l *RateLimiter) Limit(ctx context.Context) error {
-	var ch charged
-	if cl := l.callers; cl != nil {
-		method, _ := grpc.Method(ctx)
-		var after time.Duration
-		var ok bool
-		if ch, after, ok = cl.take(ctx, method); !ok {
-			return &RateLimitError{What: cl.what, RetryAfter: after}
-		}
+	method := ""
+	if l.callers != nil {
+		method, _ = grpc.Method(ctx)
 	}
-	if l.bucket != nil {
-		if d := l.bucket.Decide(); !d.Allowed {
-			ch.refund()
-			return &RateLimitError{What: fmt.Sprintf("rate limit %s exceeded", l.rate), RetryAfter: d.RetryAfter}
-		}
+	if _, refused, ok := takeRates(ctx, l.callers, method, l.bucket, l.rate); !ok {
+		return &RateLimitError{What: refused.what, RetryAfter: refused.after}
 	}
 	return nil
 }
