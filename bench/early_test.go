@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -172,24 +173,16 @@ func TestEarlyRejectionServer(t *testing.T) {
 			}
 		}
 	})
-	var lag atomic.Int64
-	wg.Go(func() {
-		const every = 10 * time.Millisecond
-		tm := time.NewTimer(every)
-		defer tm.Stop()
-		for {
-			t0 := time.Now()
-			tm.Reset(every)
-			select {
-			case <-stopSampling:
-				return
-			case now := <-tm.C:
-				if l := int64(now.Sub(t0) - every); l > lag.Load() {
-					lag.Store(l)
-				}
-			}
-		}
-	})
+	lags := overload.StartLagMonitor(time.Now())
+	defer lags.Stop()
+	reported := 0 // seconds of lags whose worst went out in a stats line
+	// lagSinceLast is the worst timer lag since the last stats line.
+	lagSinceLast := func() time.Duration {
+		worst := lags.SoFar()
+		from := min(reported, len(worst))
+		reported = max(len(worst)-1, 0) // the current second goes on
+		return slices.Max(append(worst[from:], 0))
+	}
 	defer close(stopSampling) // runs before the server's wait above
 
 	fmt.Printf("addr %s\n", lis.Addr())
@@ -197,7 +190,7 @@ func TestEarlyRejectionServer(t *testing.T) {
 	for in.Scan() {
 		if in.Text() == "stats" {
 			mu.Lock()
-			fmt.Printf("stats %d %d %d %d %d %d %d\n", int64(overload.ProcessCPU()), handled.Load(), limitSum, n, limitMax, lag.Swap(0), bytesRead())
+			fmt.Printf("stats %d %d %d %d %d %d %d\n", int64(overload.ProcessCPU()), handled.Load(), limitSum, n, limitMax, int64(lagSinceLast()), bytesRead())
 			limitSum, n, limitMax = 0, 0, 0
 			mu.Unlock()
 		}

@@ -330,24 +330,13 @@ func sampleLimit(start time.Time, limit func() int, stop <-chan struct{}) []limi
 }
 
 // watchLag returns the worst lateness of a 10 ms timer until stop is
-// closed: how far behind the machine let the process fall. The backend's
-// service times and the arrivals are timers too, so a large lag means the
-// run measured the machine rather than the peer.
+// closed (overload.LagMonitor): how far behind the machine let the process
+// fall. The backend's service times and the arrivals are timers too, so a
+// large lag means the run measured the machine rather than the peer.
 func watchLag(stop <-chan struct{}) time.Duration {
-	const every = 10 * time.Millisecond
-	var worst time.Duration
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		t0 := time.Now()
-		t.Reset(every)
-		select {
-		case <-stop:
-			return worst
-		case now := <-t.C:
-			worst = max(worst, now.Sub(t0)-every)
-		}
-	}
+	m := overload.StartLagMonitor(time.Now())
+	<-stop
+	return slices.Max(append(m.Stop(), 0))
 }
 
 // writeOverloadReport writes the settings, one table per phase and one of
