@@ -61,10 +61,12 @@ const (
 	// limit sits at about adaptiveTolerance × the downstream's capacity, so
 	// two thirds of it is below capacity: those calls meet no queue.
 	probeFraction = 2.0 / 3
-	// firstProbe is how soon after its first round trips a limiter
-	// probes the first time: a limiter that starts under overload measures
-	// them with a queue, which the probe drains.
-	firstProbe = 500 * time.Millisecond
+	// firstProbeTrips is how many round trips that fill the limit a
+	// limiter measures before it probes the first time: a limiter that
+	// starts under overload measures them with a queue, which the probe
+	// drains. Waiting longer keeps that queue for longer: at S = 100 ms,
+	// eight round trips and half a second cost 3 % of the first 5 s.
+	firstProbeTrips = 3
 	// firstProbeFraction of the limit is how far the first probe lowers
 	// it: far enough below the downstream's capacity to drain the queue
 	// of a limiter that started far above it.
@@ -172,6 +174,8 @@ type AIMD struct {
 	calm      int     // round trips since the last backoff
 	falls     int     // late round trips in a row
 	probes    int     // probes taken
+	fullTrips int     // round trips in a row that filled the limit, until the first probe
+	verify    bool    // a shallow probe read a slower RTT: the next one goes deep
 	cv        float64 // running coefficient of variation of RTT; -1 unknown
 	base      baseline
 }
@@ -199,6 +203,7 @@ type baseline struct {
 	probeN       int
 	probeSum     time.Duration
 	steady       bool // the limit was not collapsing when the probe started
+	deep         bool // the probe lowers the limit to firstProbeFraction
 	scaled       bool // the limit was scaled to the probe's RTT already
 }
 
@@ -272,7 +277,7 @@ func (a *AIMD) limitLocked() int {
 // lower, so what calls meet there is the baseline by definition.
 func (a *AIMD) probeLimitLocked() int {
 	f := probeFraction
-	if a.probes <= 1 {
+	if a.base.deep {
 		f = firstProbeFraction
 	}
 	return max(a.cfg.MinLimit, int(f*a.limit))
@@ -458,23 +463,26 @@ func (a *AIMD) maybeProbeLocked(now time.Time, full bool) {
 	if !a.adaptive() || b.probing || b.collecting {
 		return
 	}
-	if b.offers < smoothWarmup || !full {
-		// The first round trips set the baseline. And a round trip that
-		// left the limit unfilled met no queue of the limit's making:
-		// lowering the limit would only turn calls away.
+	if !full {
+		// A round trip that left the limit unfilled met no queue of the
+		// limit's making: lowering the limit would only turn calls away.
+		a.fullTrips = 0
 		return
 	}
-	interval := probeInterval
 	if a.probes == 0 {
-		interval = firstProbe
-	}
-	age := now.Sub(b.updated)
-	if b.rtt != 0 && (age < interval || (a.calm < probeCalm && age < 2*interval)) {
-		return
+		if a.fullTrips++; a.fullTrips < firstProbeTrips {
+			return
+		}
+	} else {
+		age := now.Sub(b.updated)
+		if b.rtt != 0 && (age < probeInterval || (a.calm < probeCalm && age < 2*probeInterval)) {
+			return
+		}
 	}
 	a.probes++
 	*b = baseline{rtt: b.rtt, updated: b.updated, smooth: b.smooth, offers: b.offers,
-		probing: true, probeFrom: now, steady: a.falls < collapseFalls}
+		probing: true, probeFrom: now, steady: a.falls < collapseFalls || a.probes == 1,
+		deep: a.probes == 1 || a.verify}
 }
 
 // probeSamplesLocked is how many calls admitted under the probe limit a
@@ -507,6 +515,12 @@ func (a *AIMD) scaleLimitLocked(m time.Duration) {
 	a.limit = max(float64(a.cfg.MinLimit), a.limit*max(float64(m)/float64(a.base.rtt), 0.75))
 }
 
+// earlyScaleMaxCV is the most RTT variability at which a probe's first
+// returns are trusted to show a drained queue (see probeLocked). At a
+// coefficient of variation of 0.9, the first 19 of a probe's calls to
+// return averaged a third of the service time.
+const earlyScaleMaxCV = 0.3
+
 // probeCollectFactor × the baseline is how long a probe keeps collecting
 // its calls after admission ends.
 const probeCollectFactor = 4
@@ -534,8 +548,11 @@ func (a *AIMD) probeLocked(s Sample) {
 		// queue: scale the limit now rather than restore it to a value
 		// that rebuilds the queue while the probe's slow calls return.
 		// The baseline follows at once, tentatively: the round trips
-		// until the probe ends must not count as spare against it.
-		if m := b.probeSum / time.Duration(b.probeN); a.probes == 1 && a.drainedLocked(m) {
+		// until the probe ends must not count as spare against it. The
+		// calls back so far are the ones that returned first, so with
+		// noisy RTTs they are the short ones: only quiet RTTs are judged
+		// this early, the others when the probe's calls are all in.
+		if m := b.probeSum / time.Duration(b.probeN); a.probes == 1 && a.cv >= 0 && a.cv <= earlyScaleMaxCV && a.drainedLocked(m) {
 			a.scaleLimitLocked(m)
 			b.rtt, b.scaled = m, true
 		}
@@ -556,17 +573,36 @@ func (a *AIMD) probeLocked(s Sample) {
 		// (windowSigmas standard errors of its mean) drained a queue the
 		// baseline had taken for the RTT, as when a limiter starts under
 		// overload: it replaces the baseline.
+		adopt := true
 		switch {
 		case b.scaled:
 			// Drained already; the calls collected since settle the RTT.
-			b.rtt, b.smooth = m, m
 		case a.drainedLocked(m):
 			if a.probes == 1 {
 				a.scaleLimitLocked(m)
 			}
+		case !b.steady:
+		case m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt) && !b.deep:
+			// A shallow probe of a limit well above the downstream's
+			// capacity (at exactly full load it sits near 1.8 C) is
+			// itself above it and reads a little queue: adopted, it
+			// raised the baseline by 8 % a probe. The next probe goes
+			// deep to tell a queue from a slower downstream.
+			adopt = false
+			a.verify = true
+		case m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt):
+		default:
+			adopt = false
+		}
+		if b.deep {
+			a.verify = false
+		}
+		if adopt {
+			// The probe measured what a warm-up still under way was
+			// estimating: it ends the warm-up, whose round trips would
+			// otherwise move the baseline back up with their queue.
 			b.rtt, b.smooth = m, m
-		case (m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt)) || !b.steady:
-			b.rtt, b.smooth = m, m
+			b.offers = max(b.offers, smoothWarmup)
 		}
 		b.updated = s.At
 	}

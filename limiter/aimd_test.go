@@ -244,9 +244,14 @@ func TestAIMDAdaptive(t *testing.T) {
 	assert.False(t, a.slowStart)
 
 	// Queueing within the tolerance: one step per round trip, and the
-	// baseline does not move however long it lasts.
-	assert.Equal(t, 37, trip(12*ms, 36))
-	assert.Equal(t, 38, trip(12*ms, 37))
+	// baseline does not move however long it lasts. (The third full
+	// round trip starts the first probe, which lowers Limit but not the
+	// limit it restores.)
+	trip(12*ms, 36)
+	assert.InDelta(t, 37, a.limit, 1e-9)
+	trip(12*ms, 37)
+	assert.InDelta(t, 38, a.limit, 1e-9)
+	assert.True(t, a.base.probing, "first probe after three full round trips")
 	for range 100 {
 		trip(12*ms, 20)
 	}
@@ -268,11 +273,18 @@ func TestAIMDProbe(t *testing.T) {
 		load  time.Duration // the RTT of the loaded round trips before the probe
 		probe time.Duration // what the probe's calls take
 		want  time.Duration // the baseline after it
+		trips int           // round trips before the first probe
 	}{
-		{"slightly slower: follows", 12 * ms, 11 * ms, 11 * ms},
-		{"met a queue: the baseline stays", 12 * ms, 20 * ms, 10 * ms},
-		{"faster beyond its noise: learned", 12 * ms, 8 * ms, 8 * ms},
-		{"downstream slowed for good: learned", 30 * ms, 30 * ms, 30 * ms},
+		// Slow start grows the limit by a round trip's samples, so its
+		// round trips do not fill the limit: two of them before three
+		// full ones.
+		{"slightly slower: follows", 12 * ms, 11 * ms, 11 * ms, 5},
+		{"met a queue: the baseline stays", 12 * ms, 20 * ms, 10 * ms, 5},
+		{"faster beyond its noise: learned", 12 * ms, 8 * ms, 8 * ms, 5},
+		// A late call ends slow start at once. Three late round trips
+		// are not yet a collapse: the first probe keeps the baseline, and
+		// the next one, while every round trip stays late, learns it.
+		{"downstream slowed for good: learned", 30 * ms, 30 * ms, 10 * ms, firstProbeTrips},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,20 +329,20 @@ func TestAIMDProbe(t *testing.T) {
 			}
 			require.Equal(t, 10*ms, a.base.rtt)
 
-			// The first probe comes soon and goes deep, to drain the
-			// queue of a limiter that started under overload.
-			wait := firstProbe
-			if tt.load > 13*ms { // every round trip late: never steady
-				wait = 2 * firstProbe
-			}
+			// The first probe comes after a few full round trips, late
+			// or not, and goes deep, to drain the queue of a limiter that
+			// started under overload.
 			waited, limit, steady := probe(tt.load, tt.probe)
-			assert.InDelta(t, wait, waited, float64(10*tt.load), "first probe")
+			assert.Equal(t, time.Duration(tt.trips)*tt.load, waited, "first probe")
 			assert.Equal(t, max(10, int(firstProbeFraction*steady)), limit, "first probe at a quarter")
 			assert.Equal(t, tt.want, a.base.rtt)
 
-			// The next ones wait probeInterval and lower the limit to two
-			// thirds.
-			if tt.load > 13*ms {
+			// The next ones wait probeInterval, or twice that while the
+			// limit keeps falling, and lower the limit to two thirds.
+			if tt.load > 13*ms { // every round trip late: never steady
+				waited, _, _ = probe(tt.load, tt.probe)
+				assert.InDelta(t, 2*probeInterval, waited, float64(10*tt.load), "probe of a collapse")
+				assert.Equal(t, tt.probe, a.base.rtt, "the slower RTT learned")
 				return
 			}
 			// (Round trips 20 % above the baseline neither confirm it nor
@@ -339,8 +351,71 @@ func TestAIMDProbe(t *testing.T) {
 			waited, limit, steady = probe(load, a.base.rtt)
 			assert.InDelta(t, probeInterval, waited, float64(10*load), "later probe")
 			assert.Equal(t, max(10, int(probeFraction*steady)), limit, "later probe at two thirds")
+
+			// A shallow probe that reads a slightly slower RTT may have
+			// met a queue of its own making: the baseline stays, and the
+			// next probe goes deep. A deep one that reads the same has
+			// found a slower downstream.
+			base := a.base.rtt
+			slower := base * 108 / 100
+			_, limit, steady = probe(load, slower)
+			assert.Equal(t, max(10, int(probeFraction*steady)), limit, "shallow")
+			assert.Equal(t, base, a.base.rtt, "a shallow probe does not raise the baseline")
+			_, limit, steady = probe(load, slower)
+			assert.Equal(t, max(10, int(firstProbeFraction*steady)), limit, "deep")
+			assert.Equal(t, slower, a.base.rtt, "a deep probe does")
+			_, limit, steady = probe(slower*6/5, slower)
+			assert.Equal(t, max(10, int(probeFraction*steady)), limit, "shallow again")
 		})
 	}
+}
+
+// TestAIMDFirstProbeNoisyRTT: with noisy RTTs, the first calls of a probe
+// to return are the short ones. Judged on them alone, the first probe read
+// a third of the service time as a drained queue, and the limit and the
+// baseline followed it down: every round trip after was late, and the
+// limit of TestDefaultsProtect's C = 64 exponential case collapsed.
+func TestAIMDFirstProbeNoisyRTT(t *testing.T) {
+	ms := time.Millisecond
+	a, err := NewAIMD(AIMDConfig{InitialLimit: 40})
+	require.NoError(t, err)
+	a.slowStart = false
+	at := t0
+	// samples returns n calls that started at at and took rtt.
+	samples := func(n int, rtt time.Duration, inflight int) []Sample {
+		return roundTrip(at, rtt, n, inflight, Success)
+	}
+	// noisy runs a round trip of 1 ms and 19 ms calls: mean 10 ms, a
+	// coefficient of variation of 0.9.
+	noisy := func(inflight int) {
+		for range 50 {
+			feed(a, append(samples(1, ms, inflight), samples(1, 19*ms, inflight)...))
+		}
+		at = at.Add(19 * ms)
+	}
+	for range smoothWarmup {
+		noisy(5)
+	}
+	require.InDelta(t, 0.9, a.cv, 0.05)
+	for !a.base.probing {
+		noisy(a.Limit())
+	}
+	steady := a.limit
+	at = a.base.probeFrom
+
+	// The probe's first returns average 1 ms, far below the baseline.
+	for i := 0; a.base.probing && i < 100; i++ {
+		feed(a, samples(1, ms, 5))
+	}
+	require.True(t, a.base.collecting)
+	assert.GreaterOrEqual(t, a.limit, steady, "limit restored whole, not scaled on the short calls")
+
+	// The long ones come back; one call after the collection ends it.
+	feed(a, samples(a.base.probeN, 19*ms, 5))
+	feed(a, []Sample{{RTT: 60 * ms, Inflight: 5, Outcome: Success, At: at.Add(50 * ms)}})
+	require.False(t, a.base.collecting)
+	assert.InDelta(t, 10*ms, a.base.rtt, float64(ms), "baseline")
+	assert.GreaterOrEqual(t, a.limit, steady, "limit")
 }
 
 func TestAIMDExplicitTimeoutNeverProbes(t *testing.T) {
