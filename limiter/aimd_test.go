@@ -385,21 +385,27 @@ func TestAIMDFirstProbeNoisyRTT(t *testing.T) {
 	samples := func(n int, rtt time.Duration, inflight int) []Sample {
 		return roundTrip(at, rtt, n, inflight, Success)
 	}
-	// noisy runs a round trip of 1 ms and 19 ms calls: mean 10 ms, a
-	// coefficient of variation of 0.9.
-	noisy := func(inflight int) {
+	// noisy runs a round trip of calls that take mean-9 ms and mean+9 ms:
+	// a coefficient of variation of 0.9 at a mean of 10 ms.
+	noisy := func(mean time.Duration, inflight int) {
 		for range 50 {
-			feed(a, append(samples(1, ms, inflight), samples(1, 19*ms, inflight)...))
+			feed(a, append(samples(1, mean-9*ms, inflight), samples(1, mean+9*ms, inflight)...))
 		}
-		at = at.Add(19 * ms)
+		at = at.Add(mean + 9*ms)
 	}
 	for range smoothWarmup {
-		noisy(5)
+		noisy(10*ms, 5)
 	}
 	require.InDelta(t, 0.9, a.cv, 0.05)
-	for !a.base.probing {
-		noisy(a.Limit())
+	// Loaded round trips 20 % slower neither confirm the baseline nor
+	// are late: the first probe of noisy RTTs comes once the baseline has
+	// gone unconfirmed for firstProbe.
+	start := at
+	for i := 0; !a.base.probing && i < 1000; i++ {
+		noisy(12*ms, a.Limit())
 	}
+	require.True(t, a.base.probing, "first probe")
+	assert.GreaterOrEqual(t, at.Sub(start), firstProbe, "noisy RTTs wait for the warm-up and firstProbe, not three round trips")
 	steady := a.limit
 	at = a.base.probeFrom
 

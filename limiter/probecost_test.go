@@ -78,3 +78,43 @@ func TestFirstProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestColdNoisyStart: a limiter that starts under 2× overload in front of
+// exponentially distributed service times (coefficient of variation 1)
+// learns its baseline from a first probe of a few dozen noisy calls. Taken
+// as it was, that probe's mean ran 0.6–0.87·S in some runs, every round
+// trip after was late, and the limit fell to its floor: 65.8 % of ideal in
+// one of these seeds before the first probe came early, 29–77 % in five
+// of them with the early probe alone (and over real gRPC, 3 of 8 runs
+// kept 44–66 %). A noisy probe's mean is now raised by two standard
+// errors before it replaces the baseline.
+func TestColdNoisyStart(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("make test runs it without -race")
+	}
+	const c, s = 16, 20 * time.Millisecond
+	for seed := uint64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				be, err := backend.New("fifo", c, s, backend.Exponential)
+				require.NoError(t, err)
+				lim, err := New()
+				require.NoError(t, err)
+				rate := float64(c) / s.Seconds()
+				rep, err := loadgen.Run(context.Background(), loadgen.Config{
+					Phases:   []loadgen.Phase{{Name: "2x from the start", Duration: 6 * time.Second, Rate: 2 * rate}},
+					Deadline: 10 * s,
+					Seed:     seed,
+					Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
+					Classify: classifyLimited,
+				})
+				require.NoError(t, err)
+				p := rep.Phase(0, time.Second)
+				goodput := p.Goodput / rate
+				t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, limit %d", 100*goodput, float64(p.P99)/float64(s), lim.Limit())
+				assert.GreaterOrEqual(t, goodput, 0.96, "goodput / ideal")
+				assert.Zero(t, lim.Inflight(), "in flight after the run")
+			})
+		})
+	}
+}
