@@ -67,9 +67,6 @@ const (
 	// drains. Waiting longer keeps that queue for longer: at S = 100 ms,
 	// eight round trips and half a second cost 3 % of the first 5 s.
 	firstProbeTrips = 3
-	// firstProbe is how long a limiter with noisy RTTs waits after its
-	// warm-up for a confirmation of its baseline before the first probe.
-	firstProbe = 500 * time.Millisecond
 	// firstProbeFraction of the limit is how far the first probe lowers
 	// it: far enough below the downstream's capacity to drain the queue
 	// of a limiter that started far above it.
@@ -205,9 +202,10 @@ type baseline struct {
 	collectUntil time.Time
 	probeN       int
 	probeSum     time.Duration
-	steady       bool // the limit was not collapsing when the probe started
-	deep         bool // the probe lowers the limit to firstProbeFraction
-	scaled       bool // the limit was scaled to the probe's RTT already
+	probeSq      float64 // sum of the squared RTTs, in seconds²
+	steady       bool    // the limit was not collapsing when the probe started
+	deep         bool    // the probe lowers the limit to firstProbeFraction
+	scaled       bool    // the limit was scaled to the probe's RTT already
 }
 
 // offer shows the baseline a round trip's mean RTT. The baseline is the
@@ -473,7 +471,7 @@ func (a *AIMD) maybeProbeLocked(now time.Time, full bool) {
 		return
 	}
 	if a.probes == 0 {
-		if !a.firstProbeDueLocked(now) {
+		if a.fullTrips++; a.fullTrips < firstProbeTrips {
 			return
 		}
 	} else {
@@ -486,32 +484,6 @@ func (a *AIMD) maybeProbeLocked(now time.Time, full bool) {
 	*b = baseline{rtt: b.rtt, updated: b.updated, smooth: b.smooth, offers: b.offers,
 		probing: true, probeFrom: now, steady: a.falls < collapseFalls || a.probes == 1,
 		deep: a.probes == 1 || a.verify}
-}
-
-// firstProbeDueLocked reports whether the first probe is due after a round
-// trip that filled the limit: after firstProbeTrips of them in a row when
-// RTTs are quiet. Noisy RTTs wait, as every probe does, for the warm-up's
-// average and then for firstProbe without a confirmation of the baseline:
-// a probe of a few dozen noisy calls reads their mean 15 % low (the calls
-// that return first are the short ones, and they free their permits for
-// more short ones), and the earlier the probe, the further above the RTT
-// the baseline it replaces, so the more surely it adopts that low reading.
-// Started after three round trips, 5 of 8 cold starts with exponential
-// service times were left with a baseline of 0.6–0.87·S and 29–77 % of
-// ideal; with cautiousLocked, 1 of 8 still (55 %).
-func (a *AIMD) firstProbeDueLocked(now time.Time) bool {
-	if a.fullTrips++; a.fullTrips < firstProbeTrips {
-		return false
-	}
-	if a.cv >= 0 && a.cv <= quietCV {
-		return true
-	}
-	b := &a.base
-	if b.offers < smoothWarmup {
-		return false
-	}
-	age := now.Sub(b.updated)
-	return b.rtt == 0 || age >= 2*firstProbe || (age >= firstProbe && a.calm >= probeCalm)
 }
 
 // probeSamplesLocked is how many calls admitted under the probe limit a
@@ -545,9 +517,10 @@ func (a *AIMD) scaleLimitLocked(m time.Duration) {
 }
 
 // quietCV is the most RTT variability (coefficient of variation) at which
-// a few calls tell the RTT: the first probe comes early, and its first
-// returns may show a drained queue (see probeLocked). At 0.9, the first 19
-// of a probe's calls to return averaged a third of the service time.
+// a few calls tell the RTT: a probe's first returns may show a drained
+// queue (see probeLocked), and its mean needs no caution (see
+// cautiousLocked). At 0.9, the first 19 of a probe's calls to return
+// averaged a third of the service time.
 const quietCV = 0.3
 
 // probeCollectFactor × the baseline is how long a probe keeps collecting
@@ -561,6 +534,7 @@ func (a *AIMD) probeLocked(s Sample) {
 	if s.Outcome == Success && !start.Before(b.probeFrom) && (b.probing || start.Before(b.probeTo)) {
 		b.probeN++
 		b.probeSum += s.RTT
+		b.probeSq += s.RTT.Seconds() * s.RTT.Seconds()
 	}
 	switch {
 	case b.probing && b.probeN >= a.probeSamplesLocked():
@@ -640,18 +614,32 @@ func (a *AIMD) probeLocked(s Sample) {
 }
 
 // cautiousLocked returns a probe's mean m raised by cautionSigmas standard
-// errors when RTTs are noisy. Such a probe replaces the baseline by what a
-// few dozen calls averaged, and the two ways to be wrong are not alike: a
-// baseline too high leaves a little more queue, one too low makes every
-// round trip late, and the limit falls to its floor until a probe 10 s
-// later. Taken as it was, the probe of a cold start with exponential
-// service times read 0.6–0.87·S, and over real gRPC 2 of 5 runs kept
-// 44–66 % of ideal (1 of 3 before the first probe came early).
+// errors of it when the probe's RTTs are noisy. Such a probe replaces the
+// baseline by what a few dozen calls averaged, and the two ways to be
+// wrong are not alike: a baseline too high leaves a little more queue, one
+// too low makes every round trip late, and the limit falls to its floor
+// until a probe 10 s later. Taken as it was, the first probe of a cold
+// start with exponential service times read 0.6–0.87·S.
 func (a *AIMD) cautiousLocked(m time.Duration) time.Duration {
-	if a.cv <= quietCV || a.base.probeN == 0 {
+	cv := a.base.probeCV()
+	if cv <= quietCV {
 		return m
 	}
-	return time.Duration(float64(m) * (1 + cautionSigmas*a.cv/math.Sqrt(float64(a.base.probeN))))
+	return time.Duration(float64(m) * (1 + cautionSigmas*cv/math.Sqrt(float64(a.base.probeN))))
+}
+
+// probeCV is the coefficient of variation of the probe's RTTs, or 0 with
+// fewer than two. The running estimate of AIMD would not do: at a cold
+// start it measures round trips that met a queue, whose waits vary more
+// than the service time of a constant backend and less than that of a
+// noisy one.
+func (b *baseline) probeCV() float64 {
+	if b.probeN < 2 || b.probeSum <= 0 {
+		return 0
+	}
+	n := float64(b.probeN)
+	mean := b.probeSum.Seconds() / n
+	return math.Sqrt(max(b.probeSq/n-mean*mean, 0)) / mean
 }
 
 // cautionSigmas is how many standard errors cautiousLocked adds.
