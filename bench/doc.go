@@ -68,7 +68,9 @@
 // an unprotected server (failsafe-go through failsafegrpc's client
 // interceptor). Unprotected and a static limit of C+8 frame the FIFO load
 // scenarios. Each figure of its markdown table is the median of
-// -matrix.reps runs; -matrix.scale shortens the 6 s phases. It is skipped
+// -matrix.reps runs, and the notes name the worst run's goodput and p99
+// (a median of 3 hid a run in 3 that collapsed); -matrix.scale shortens
+// the 6 s phases. It is skipped
 // unless run with -matrix or SLUICE_BENCH_MATRIX=1, and `make
 // bench-overload` runs it (about 18 minutes) into
 // bench-out/overload-matrix.md. TestOverloadMatrixSmoke runs one

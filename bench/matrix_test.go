@@ -38,7 +38,8 @@ import (
 // service times, and the client side) over real gRPC on loopback TCP, once
 // per protection: sluice's defaults and failsafe-go's adaptivelimiter with
 // its defaults, and for some scenarios no protection and a static limit.
-// Every number is the median of -matrix.reps repetitions. At the defaults
+// Every number is the median of -matrix.reps repetitions; the notes add
+// the worst repetition's goodput and p99. At the defaults
 // it takes about 18 minutes, so it only runs when asked:
 //
 //	go test -run TestOverloadMatrix -matrix -v [-matrix.out FILE]
@@ -699,7 +700,8 @@ func writeMatrixReport(w io.Writer, rows []matrixRow, s matrixSettings) {
 		"process's (client, server and backend), in seconds per run; lag is the worst lateness of a 10 ms timer, "+
 		"a check that the machine kept up. Step scenarios are summarized from the drop to the end, and recovery is the time from "+
 		"a capacity change to the first 1 s window (sliding by 100 ms) with goodput ≥ 90 %% of ideal and p99 ≤ 3·S; "+
-		"\"never\" means no window within the stage.\n\n")
+		"\"never\" means no window within the stage. With more than one repetition the notes also give the worst of them: "+
+		"the lowest goodput and the highest p99 of any one run, since a median of 3 hides a run that collapsed.\n\n")
 	fmt.Fprintln(w, "| scenario | protection | goodput / ideal | p50 | p99 | p50 / S | p99 / S | rejected | deadline exceeded | limit mean | limit max | CPU | lag | notes |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rows {
@@ -720,6 +722,9 @@ func writeMatrixReport(w io.Writer, rows []matrixRow, s matrixSettings) {
 				m.refused, m.rejected, verdict))
 		}
 		S := ms(r.sc.service)
+		if worst := worstNote(r.reps, S); worst != "" {
+			notes = append(notes, worst)
+		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.1f %% | %.1f %% | %s | %s | %.1f s | %.0f ms | %s |\n",
 			r.sc.name, r.prot, fmtRatio(m.goodRatio), fmtNum(m.p50, " ms"), fmtNum(m.p99, " ms"),
 			fmtNum(m.p50/S, ""), fmtNum(m.p99/S, ""), m.rejected, m.deadline,
@@ -729,6 +734,32 @@ func writeMatrixReport(w io.Writer, rows []matrixRow, s matrixSettings) {
 	if s.failedCalls > 0 {
 		fmt.Fprintf(w, "%d calls failed other than by rejection, deadline or the handler's quota: the run is suspect.\n\n", s.failedCalls)
 	}
+}
+
+// worstNote describes the worst repetitions of a row, the one with the
+// lowest goodput and the one with the highest p99 (in service times of S
+// ms), or "" for a single repetition.
+func worstNote(reps []matrixMetrics, S float64) string {
+	if len(reps) < 2 {
+		return ""
+	}
+	good, p99 := math.Inf(1), math.Inf(-1)
+	for _, m := range reps {
+		if !math.IsNaN(m.goodRatio) {
+			good = min(good, m.goodRatio)
+		}
+		if !math.IsNaN(m.p99) {
+			p99 = max(p99, m.p99)
+		}
+	}
+	if math.IsInf(good, 1) {
+		return ""
+	}
+	note := fmt.Sprintf("worst of %d: %s of ideal", len(reps), fmtRatio(good))
+	if !math.IsInf(p99, -1) && p99 > 0 {
+		note += ", p99 " + fmtNum(p99/S, "·S")
+	}
+	return note
 }
 
 func fmtRatio(f float64) string {
@@ -760,4 +791,29 @@ func fmtRecovery(f float64) string {
 		return "never"
 	}
 	return fmt.Sprintf("%.1f s", f)
+}
+
+// TestWorstNote: the report names the worst repetition of a row, so that a
+// run that collapsed shows even when the median does not.
+func TestWorstNote(t *testing.T) {
+	nan := math.NaN()
+	tests := []struct {
+		name string
+		reps []matrixMetrics
+		want string
+	}{
+		{"one repetition: nothing to add", []matrixMetrics{{goodRatio: 0.5, p99: 100}}, ""},
+		{"a collapse the median hides", []matrixMetrics{{goodRatio: 0.97, p99: 100}, {goodRatio: 0.55, p99: 96}, {goodRatio: 0.96, p99: 130}},
+			"worst of 3: 55.0 % of ideal, p99 6.50·S"},
+		{"no success in one run", []matrixMetrics{{goodRatio: 0.97, p99: 100}, {goodRatio: 0, p99: nan}},
+			"worst of 2: 0.0 % of ideal, p99 5.00·S"},
+		{"no figures at all", []matrixMetrics{{goodRatio: nan, p99: nan}, {goodRatio: nan, p99: nan}}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := worstNote(tt.reps, 20); got != tt.want {
+				t.Errorf("worstNote = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }
