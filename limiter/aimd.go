@@ -202,10 +202,10 @@ type baseline struct {
 	collectUntil time.Time
 	probeN       int
 	probeSum     time.Duration
-	probeSq      float64 // sum of the squared RTTs, in seconds²
-	steady       bool    // the limit was not collapsing when the probe started
-	deep         bool    // the probe lowers the limit to firstProbeFraction
-	scaled       bool    // the limit was scaled to the probe's RTT already
+	probeSq      uint64 // sum of the squared RTTs, in microseconds² (see squaredMicros)
+	steady       bool   // the limit was not collapsing when the probe started
+	deep         bool   // the probe lowers the limit to firstProbeFraction
+	scaled       bool   // the limit was scaled to the probe's RTT already
 }
 
 // offer shows the baseline a round trip's mean RTT. The baseline is the
@@ -534,7 +534,7 @@ func (a *AIMD) probeLocked(s Sample) {
 	if s.Outcome == Success && !start.Before(b.probeFrom) && (b.probing || start.Before(b.probeTo)) {
 		b.probeN++
 		b.probeSum += s.RTT
-		b.probeSq += s.RTT.Seconds() * s.RTT.Seconds()
+		b.probeSq += squaredMicros(s.RTT)
 	}
 	switch {
 	case b.probing && b.probeN >= a.probeSamplesLocked():
@@ -587,15 +587,16 @@ func (a *AIMD) probeLocked(s Sample) {
 			}
 		case !b.steady:
 			m = a.cautiousLocked(m)
-		case m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt) && !b.deep:
-			// A shallow probe of a limit well above the downstream's
-			// capacity (at exactly full load it sits near 1.8 C) is
-			// itself above it and reads a little queue: adopted, it
-			// raised the baseline by 8 % a probe. The next probe goes
-			// deep to tell a queue from a slower downstream.
-			adopt = false
-			a.verify = true
 		case m > b.rtt && float64(m) <= spareTolerance*float64(b.rtt):
+			if !b.deep {
+				// A shallow probe of a limit well above the downstream's
+				// capacity (at exactly full load it sits near 1.8 C) is
+				// itself above it and reads a little queue: adopted, it
+				// raised the baseline by 8 % a probe. The next probe
+				// goes deep to tell a queue from a slower downstream.
+				adopt = false
+				a.verify = true
+			}
 		default:
 			adopt = false
 		}
@@ -614,32 +615,22 @@ func (a *AIMD) probeLocked(s Sample) {
 }
 
 // cautiousLocked returns a probe's mean m raised by cautionSigmas standard
-// errors of it when the probe's RTTs are noisy. Such a probe replaces the
+// errors of it when the probe's own RTTs are noisy. (Not the running
+// estimate of AIMD: at a cold start that one measures round trips that met
+// a queue, whose waits vary more than the service time of a constant
+// backend and less than that of a noisy one.) Such a probe replaces the
 // baseline by what a few dozen calls averaged, and the two ways to be
 // wrong are not alike: a baseline too high leaves a little more queue, one
 // too low makes every round trip late, and the limit falls to its floor
 // until a probe 10 s later. Taken as it was, the first probe of a cold
 // start with exponential service times read 0.6–0.87·S.
 func (a *AIMD) cautiousLocked(m time.Duration) time.Duration {
-	cv := a.base.probeCV()
+	b := &a.base
+	cv := trip{n: b.probeN, sumRTT: b.probeSum, sumSq: b.probeSq}.cv()
 	if cv <= quietCV {
 		return m
 	}
-	return time.Duration(float64(m) * (1 + cautionSigmas*cv/math.Sqrt(float64(a.base.probeN))))
-}
-
-// probeCV is the coefficient of variation of the probe's RTTs, or 0 with
-// fewer than two. The running estimate of AIMD would not do: at a cold
-// start it measures round trips that met a queue, whose waits vary more
-// than the service time of a constant backend and less than that of a
-// noisy one.
-func (b *baseline) probeCV() float64 {
-	if b.probeN < 2 || b.probeSum <= 0 {
-		return 0
-	}
-	n := float64(b.probeN)
-	mean := b.probeSum.Seconds() / n
-	return math.Sqrt(max(b.probeSq/n-mean*mean, 0)) / mean
+	return time.Duration(float64(m) * (1 + cautionSigmas*cv/math.Sqrt(float64(b.probeN))))
 }
 
 // cautionSigmas is how many standard errors cautiousLocked adds.

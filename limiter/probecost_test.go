@@ -54,19 +54,8 @@ func TestFirstProbe(t *testing.T) {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("%s/%v/after%v/seed%d", tc.kind, tc.s, tc.skip, seed), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					be, err := backend.New(tc.kind, c, tc.s, backend.Constant)
-					require.NoError(t, err)
-					lim, err := New()
-					require.NoError(t, err)
+					rep, _ := runColdStart(t, tc.kind, c, tc.s, backend.Constant, seed)
 					rate := float64(c) / tc.s.Seconds()
-					rep, err := loadgen.Run(context.Background(), loadgen.Config{
-						Phases:   []loadgen.Phase{{Name: "2x from the start", Duration: 6 * time.Second, Rate: 2 * rate}},
-						Deadline: 10 * tc.s,
-						Seed:     seed,
-						Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
-						Classify: classifyLimited,
-					})
-					require.NoError(t, err)
 					p := rep.Phase(0, tc.skip)
 					goodput := p.Goodput / min(p.Offered, rate)
 					p99 := float64(loadgen.Summarize(rep.Calls, 10*tc.s, tc.from, tc.to).P99) / float64(tc.s)
@@ -97,19 +86,8 @@ func TestColdNoisyStart(t *testing.T) {
 	for seed := uint64(1); seed <= 8; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				be, err := backend.New("fifo", c, s, backend.Exponential)
-				require.NoError(t, err)
-				lim, err := New()
-				require.NoError(t, err)
+				rep, lim := runColdStart(t, "fifo", c, s, backend.Exponential, seed)
 				rate := float64(c) / s.Seconds()
-				rep, err := loadgen.Run(context.Background(), loadgen.Config{
-					Phases:   []loadgen.Phase{{Name: "2x from the start", Duration: 6 * time.Second, Rate: 2 * rate}},
-					Deadline: 10 * s,
-					Seed:     seed,
-					Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
-					Classify: classifyLimited,
-				})
-				require.NoError(t, err)
 				p := rep.Phase(0, time.Second)
 				goodput := p.Goodput / rate
 				t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, limit %d", 100*goodput, float64(p.P99)/float64(s), lim.Limit())
@@ -118,4 +96,24 @@ func TestColdNoisyStart(t *testing.T) {
 			})
 		})
 	}
+}
+
+// runColdStart runs 6 s of Poisson arrivals at 2× the capacity of a
+// backend of c workers with service time s, from the first call, through a
+// default Limiter. It must run inside a synctest bubble.
+func runColdStart(t *testing.T, kind string, c int, s time.Duration, dist backend.Dist, seed uint64) (*loadgen.Report, *Limiter) {
+	t.Helper()
+	be, err := backend.New(kind, c, s, dist)
+	require.NoError(t, err)
+	lim, err := New()
+	require.NoError(t, err)
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{
+		Phases:   []loadgen.Phase{{Name: "2x from the start", Duration: 6 * time.Second, Rate: 2 * float64(c) / s.Seconds()}},
+		Deadline: 10 * s,
+		Seed:     seed,
+		Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
+		Classify: classifyLimited,
+	})
+	require.NoError(t, err)
+	return rep, lim
 }

@@ -29,6 +29,13 @@ type window struct {
 // trip whose variability matters.
 const maxSquaredRTT = 30 * time.Second
 
+// squaredMicros is rtt², in microseconds² and capped at maxSquaredRTT, as
+// the sums of squares behind a coefficient of variation hold it.
+func squaredMicros(rtt time.Duration) uint64 {
+	us := uint64(min(rtt, maxSquaredRTT) / time.Microsecond)
+	return us * us
+}
+
 const (
 	oneSample = 1 << 32
 	oneDrop   = 1
@@ -48,9 +55,8 @@ func (w *window) add(s Sample, minSamples int) bool {
 	if s.Outcome == Dropped {
 		c = w.counts.Add(oneSample | oneDrop)
 	} else {
-		us := uint64(min(s.RTT, maxSquaredRTT) / time.Microsecond)
 		w.sumRTT.Add(int64(s.RTT))
-		w.sumSq.Add(us * us)
+		w.sumSq.Add(squaredMicros(s.RTT))
 		c = w.counts.Add(oneSample)
 	}
 	for in := int64(s.Inflight); ; {
