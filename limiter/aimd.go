@@ -146,11 +146,12 @@ func (c AIMDConfig) Validate() error {
 // decrease, the scheme of TCP Reno, applied once per round trip (unless
 // PerCall) so that it never acts twice on the same congestion:
 //
-//   - a round trip that is late, or whose calls were all dropped,
-//     multiplies the limit by BackoffRatio (not below MinLimit);
-//   - one with some drops backs off in proportion to their share and
-//     still grows by one, so a trickle of refusals that are not overload
-//     (per-caller quotas) costs little;
+//   - a round trip that is late (its successes are, whatever its drops),
+//     or whose calls were all dropped, multiplies the limit by
+//     BackoffRatio (not below MinLimit);
+//   - one with some drops and on time backs off in proportion to their
+//     share and still grows by one, so a trickle of refusals that are not
+//     overload (per-caller quotas) costs little;
 //   - a loaded round trip grows the limit by one, by an eighth when it
 //     filled the limit and met no queue; an idle limiter does not grow.
 //
@@ -348,7 +349,7 @@ func (a *AIMD) Update(s Sample) int {
 	case a.slowStart && s.Outcome == Success:
 		// Slow start ends at the first late call, as in TCP's HyStart,
 		// rather than a round trip later when the window closes.
-		if a.lateLocked(s) {
+		if a.lateRTTLocked(s.RTT) {
 			a.slowStart = false
 		} else if a.loaded(s) {
 			a.grow()
@@ -405,7 +406,10 @@ func (a *AIMD) untimedLocked(s Sample) {
 // limit settles where the two balance, limit × share × (1 − BackoffRatio)
 // = 1, far above any load that a trickle leaves.
 func (a *AIMD) ruleLocked(s Sample, share float64) {
-	if a.lateLocked(s) {
+	// A round trip's RTT is the mean of its successes: with a share of
+	// them dropped, the rest can still be late, as when a queue makes some
+	// calls overrun their deadline and the others finish slowly.
+	if (s.Outcome == Success || share < 1) && a.lateRTTLocked(s.RTT) {
 		a.falls++
 	} else {
 		a.falls = 0
@@ -445,13 +449,13 @@ func (a *AIMD) loaded(s Sample) bool { return float64(s.Inflight*2) >= a.limit }
 
 func (a *AIMD) grow() { a.limit = min(a.limit+1, float64(a.cfg.MaxLimit)) }
 
-// lateLocked reports whether a successful sample's RTT is above the
+// lateRTTLocked reports whether the RTT of successful calls is above the
 // adaptive threshold. (An explicit Timeout was applied on arrival.)
-func (a *AIMD) lateLocked(s Sample) bool {
-	if !a.adaptive() || s.Outcome != Success || a.base.rtt == 0 {
+func (a *AIMD) lateRTTLocked(rtt time.Duration) bool {
+	if !a.adaptive() || a.base.rtt == 0 {
 		return false
 	}
-	return float64(s.RTT) > adaptiveTolerance*float64(a.base.rtt)
+	return float64(rtt) > adaptiveTolerance*float64(a.base.rtt)
 }
 
 // maybeProbeLocked starts a probe when the baseline has not been confirmed

@@ -216,6 +216,50 @@ func TestAIMDDropShare(t *testing.T) {
 	}
 }
 
+// TestAIMDLateWithDrops: a round trip whose successes are late backs off
+// by BackoffRatio even when some of its calls were dropped. Under overload
+// deadline overruns are drops, and a round trip with a share of them is
+// exactly the one whose other calls finished slowly; counted only for its
+// share, it cost 2 % where a late round trip costs 10 %, and with
+// processor sharing and noisy service times a limiter that started under
+// 2× overload stayed at 4.9× the downstream's capacity (p99 9.7·S).
+func TestAIMDLateWithDrops(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name  string
+		rtt   time.Duration // of the successes; the baseline is 10 ms
+		drops int           // of 10 calls
+		want  float64
+	}{
+		{"late, no drops", 20 * ms, 0, 30 * 0.9},
+		{"late, one drop", 20 * ms, 1, 30 * 0.9},
+		{"late, half dropped", 20 * ms, 5, 30 * 0.9},
+		{"all dropped", 20 * ms, 10, 30 * 0.9},
+		{"on time, one drop: its share", 10 * ms, 1, 30*(1-0.1*0.1) + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAIMD(AIMDConfig{InitialLimit: 30})
+			require.NoError(t, err)
+			at := t0
+			for range smoothWarmup { // light load learns the baseline
+				feed(a, roundTrip(at, 10*ms, minTripSamples, 5, Success))
+				at = at.Add(10 * ms)
+			}
+			require.Equal(t, 10*ms, a.base.rtt)
+			a.slowStart = false
+			a.publishLocked()
+
+			trip := roundTrip(at, tt.rtt, 10, 30, Success)
+			for i := range tt.drops {
+				trip[i].Outcome = Dropped
+			}
+			feed(a, trip)
+			assert.InDelta(t, tt.want, a.limit, 1e-9)
+		})
+	}
+}
+
 // TestAIMDAdaptive walks the adaptive threshold through its states with a
 // service that takes 10 ms without a queue.
 func TestAIMDAdaptive(t *testing.T) {
