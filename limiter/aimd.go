@@ -365,6 +365,9 @@ func (a *AIMD) Update(s Sample) int {
 func (a *AIMD) closeLocked(at time.Time) {
 	rt := a.win.close(at)
 	a.observeCVLocked(rt.cv())
+	if a.slowStart && a.blindLocked() {
+		a.slowStart = false
+	}
 	agg := rt.sample()
 	if !a.cfg.PerCall {
 		a.ruleLocked(agg, rt.dropShare())
@@ -375,6 +378,18 @@ func (a *AIMD) closeLocked(at time.Time) {
 		a.base.offer(agg.RTT, agg.At)
 	}
 	a.maybeProbeLocked(at, float64(agg.Inflight) >= fullFraction*a.limit)
+}
+
+// blindLocked reports whether slow start has no way to end in time: no
+// baseline yet, and RTTs so noisy that the round trip which would set one
+// needs more samples than the limit. Slow start adds one per success, so
+// before that round trip closed it would more than double the limit with
+// nothing to judge the growth by. With exponential service times the first
+// round trip needs about a hundred samples: from 20 the limit reached 109
+// against a capacity of 16, the baseline was measured with that queue, and
+// the limit stayed near 3 C.
+func (a *AIMD) blindLocked() bool {
+	return a.adaptive() && a.base.rtt == 0 && float64(a.need.Load()) > a.limit
 }
 
 // untimedLocked applies a sample without an RTT (a stream, or a permit a

@@ -96,7 +96,14 @@ func runOverload(t *testing.T, tc overloadCase) {
 	// large capacity before requiring that half load is never shed.
 	light := rep.Phase(0, time.Second)
 	assert.Zero(t, light.Rejected, "rejections at half load")
-	assert.Zero(t, light.Deadline, "deadline overruns at half load")
+	// A call whose own service time is longer than its deadline overruns
+	// whatever the limiter does: with exponential service times that is
+	// e^-10 of the calls, 0.6 of the 12 800 this phase makes at C = 64.
+	maxOverruns := 0
+	if tc.dist == backend.Exponential {
+		maxOverruns = 3
+	}
+	assert.LessOrEqual(t, light.Deadline, maxOverruns, "deadline overruns at half load")
 
 	for i := 1; i < len(phases); i++ {
 		p := rep.Phase(i, 2*time.Second)

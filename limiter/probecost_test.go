@@ -78,23 +78,42 @@ func TestFirstProbe(t *testing.T) {
 // kept 46–55 % before, 2 of 3 kept 25–48 % with the early probe alone).
 // A noisy probe's mean is now raised by two standard errors before it
 // replaces the baseline.
+//
+// With processor sharing a queue slows every call alike, so noisy RTTs
+// stay noisy under load and the first probe cannot tell the queue from
+// the noise: the limit must not be far above the capacity when it comes.
+// Slow start once took it to 109 before the first baseline (C = 16), and
+// round trips whose slow calls came with deadline overruns were never
+// late: the limit stayed at 78 and p99 at 9.7·S, near the deadline.
 func TestColdNoisyStart(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("make test runs it without -race")
 	}
 	const c, s = 16, 20 * time.Millisecond
-	for seed := uint64(1); seed <= 8; seed++ {
-		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rep, lim := runColdStart(t, "fifo", c, s, backend.Exponential, seed)
-				rate := float64(c) / s.Seconds()
-				p := rep.Phase(0, time.Second)
-				goodput := p.Goodput / rate
-				t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, limit %d", 100*goodput, float64(p.P99)/float64(s), lim.Limit())
-				assert.GreaterOrEqual(t, goodput, 0.96, "goodput / ideal")
-				assert.Zero(t, lim.Inflight(), "in flight after the run")
+	cases := []struct {
+		kind     string
+		maxP99   float64 // in service times, arrivals from 3 s to 6 s
+		maxLimit int
+	}{
+		{"fifo", 6, 2 * c},
+		{"ps", 8.5, 2 * c},
+	}
+	for _, tc := range cases {
+		for seed := uint64(1); seed <= 8; seed++ {
+			t.Run(fmt.Sprintf("%s/seed%d", tc.kind, seed), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					rep, lim := runColdStart(t, tc.kind, c, s, backend.Exponential, seed)
+					rate := float64(c) / s.Seconds()
+					goodput := rep.Phase(0, time.Second).Goodput / rate
+					p99 := float64(loadgen.Summarize(rep.Calls, 10*s, 3*time.Second, 6*time.Second).P99) / float64(s)
+					t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, limit %d", 100*goodput, p99, lim.Limit())
+					assert.GreaterOrEqual(t, goodput, 0.96, "goodput / ideal")
+					assert.LessOrEqual(t, p99, tc.maxP99, "p99 in service times")
+					assert.LessOrEqual(t, lim.Limit(), tc.maxLimit, "limit at the end")
+					assert.Zero(t, lim.Inflight(), "in flight after the run")
+				})
 			})
-		})
+		}
 	}
 }
 
