@@ -599,6 +599,11 @@ func (a *AIMD) probeLocked(s Sample) {
 		switch {
 		case b.scaled:
 			// Drained already; the calls collected since settle the RTT.
+		case b.rtt == 0:
+			// No round trip has had the samples to set a baseline yet
+			// (noisy RTTs end slow start before one does, see
+			// blindLocked): the probe is the first measurement.
+			m = a.cautiousLocked(m)
 		case a.drainedLocked(m):
 			m = a.cautiousLocked(m)
 			if a.probes == 1 {
@@ -623,12 +628,12 @@ func (a *AIMD) probeLocked(s Sample) {
 			a.verify = false
 		}
 		if adopt {
-			// The probe measured what a warm-up still under way was
-			// estimating: it ends the warm-up, whose round trips would
-			// otherwise move the baseline back up with their queue.
 			b.rtt, b.smooth = m, m
-			b.offers = max(b.offers, smoothWarmup)
 		}
+		// The probe ends the warm-up, adopted or not: the warm-up's round
+		// trips, at a limit full enough to probe, carry a queue, and would
+		// move the baseline up with it.
+		b.offers = max(b.offers, smoothWarmup)
 		b.updated = s.At
 	}
 }

@@ -85,6 +85,8 @@ func TestFirstProbe(t *testing.T) {
 // Slow start once took it to 109 before the first baseline (C = 16), and
 // round trips whose slow calls came with deadline overruns were never
 // late: the limit stayed at 78 and p99 at 9.7·S, near the deadline.
+// When the first probe was not adopted the warm-up went on after it and
+// moved the baseline up with the queue: p99 7.0–7.9·S.
 func TestColdNoisyStart(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("make test runs it without -race")
@@ -96,7 +98,7 @@ func TestColdNoisyStart(t *testing.T) {
 		maxLimit int
 	}{
 		{"fifo", 6, 2 * c},
-		{"ps", 8.5, 2 * c},
+		{"ps", 7, 2 * c},
 	}
 	for _, tc := range cases {
 		for seed := uint64(1); seed <= 8; seed++ {
@@ -135,4 +137,37 @@ func runColdStart(t *testing.T, kind string, c int, s time.Duration, dist backen
 	})
 	require.NoError(t, err)
 	return rep, lim
+}
+
+// TestProbeWithoutBaseline: with noisy RTTs slow start ends before any
+// round trip has had the samples to set a baseline (see blindLocked), so
+// the first probe may come first. Its reading is then the baseline. Taken
+// for nothing, it left the baseline unset, and a limiter without one
+// probed again at the end of every full round trip, turning calls away at
+// half load: 5 and 10 probes in the first 2 s of seeds 1 and 2.
+func TestProbeWithoutBaseline(t *testing.T) {
+	const c, s = 64, 10 * time.Millisecond
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				be, err := backend.New("fifo", c, s, backend.Exponential)
+				require.NoError(t, err)
+				lim, err := New()
+				require.NoError(t, err)
+				_, err = loadgen.Run(context.Background(), loadgen.Config{
+					Phases:   []loadgen.Phase{{Name: "0.5x", Duration: 2 * time.Second, Rate: 0.5 * float64(c) / s.Seconds()}},
+					Deadline: 10 * s,
+					Seed:     seed,
+					Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
+					Classify: classifyLimited,
+				})
+				require.NoError(t, err)
+				a := lim.alg.(*AIMD)
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				assert.Equal(t, 1, a.probes, "probes in 2 s")
+				assert.InDelta(t, 1, float64(a.base.rtt)/float64(s), 0.2, "baseline in service times")
+			})
+		})
+	}
 }
