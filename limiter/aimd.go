@@ -26,7 +26,8 @@ type AIMDConfig struct {
 	MaxLimit int
 
 	// BackoffRatio multiplies the limit on a drop; it must be in
-	// [0.5, 1). Default 0.9.
+	// [0.5, 1). Default 0.9. A round trip only a little above the
+	// adaptive threshold backs off by less (see AIMD).
 	BackoffRatio float64
 
 	// Timeout is the round-trip time above which a successful call counts
@@ -146,9 +147,12 @@ func (c AIMDConfig) Validate() error {
 // decrease, the scheme of TCP Reno, applied once per round trip (unless
 // PerCall) so that it never acts twice on the same congestion:
 //
-//   - a round trip that is late (its successes are, whatever its drops),
-//     or whose calls were all dropped, multiplies the limit by
+//   - a round trip whose calls were all dropped multiplies the limit by
 //     BackoffRatio (not below MinLimit);
+//   - one that is late (its successes are, whatever its drops) backs off
+//     to the limit at which it would have been on time, by BackoffRatio
+//     at most, so that the limit settles just above the downstream's
+//     capacity instead of dipping below it at every turn;
 //   - one with some drops and on time backs off in proportion to their
 //     share and still grows by one, so a trickle of refusals that are not
 //     overload (per-caller quotas) costs little;
@@ -429,8 +433,12 @@ func (a *AIMD) ruleLocked(s Sample, share float64) {
 	} else {
 		a.falls = 0
 	}
-	if a.falls > 0 || (s.Outcome == Dropped && (share >= 1 || a.cfg.PerCall)) {
+	if s.Outcome == Dropped && (share >= 1 || a.cfg.PerCall) {
 		a.backoffLocked(a.cfg.BackoffRatio)
+		return
+	}
+	if a.falls > 0 {
+		a.backoffLocked(a.lateRatioLocked(s.RTT))
 		return
 	}
 	if s.Outcome == Dropped {
@@ -452,6 +460,24 @@ func (a *AIMD) ruleLocked(s Sample, share float64) {
 		return
 	}
 	a.grow()
+}
+
+// lateRatioLocked is how much a round trip late by rtt backs off: to the
+// limit whose RTT would have been on time, but never more than
+// BackoffRatio. With RTTs that grow with the calls in flight (a queue, or
+// a processor shared among them), a round trip just past the threshold
+// had about threshold / rtt too many; backing off by a full 10 % took the
+// limit below the downstream's capacity at every turn of the sawtooth,
+// and calls arriving in bursts found workers idle (processor sharing at
+// 5×: fewer calls in flight than workers 1–2.6 % of the time, 0.2–0.7 %
+// since). A far-late round trip, a downstream that became slower, still
+// backs off by BackoffRatio at once. (PerCall keeps BackoffRatio: one
+// call's RTT says too little about how many were too many.)
+func (a *AIMD) lateRatioLocked(rtt time.Duration) float64 {
+	if a.cfg.PerCall {
+		return a.cfg.BackoffRatio
+	}
+	return max(a.cfg.BackoffRatio, adaptiveTolerance*float64(a.base.rtt)/float64(rtt))
 }
 
 func (a *AIMD) backoffLocked(ratio float64) {

@@ -217,7 +217,8 @@ func TestAIMDDropShare(t *testing.T) {
 }
 
 // TestAIMDLateWithDrops: a round trip whose successes are late backs off
-// by BackoffRatio even when some of its calls were dropped. Under overload
+// even when some of its calls were dropped, to the limit at which it would
+// have been on time and by BackoffRatio at most. Under overload
 // deadline overruns are drops, and a round trip with a share of them is
 // exactly the one whose other calls finished slowly; counted only for its
 // share, it cost 2 % where a late round trip costs 10 %, and with
@@ -232,6 +233,9 @@ func TestAIMDLateWithDrops(t *testing.T) {
 		want  float64
 	}{
 		{"late, no drops", 20 * ms, 0, 30 * 0.9},
+		// Just past the threshold (13 ms): back to it, not 10 % lower.
+		{"a little late", 13_500 * time.Microsecond, 0, 30 * 13 / 13.5},
+		{"a little late, one drop", 14 * ms, 1, 30 * 13.0 / 14},
 		{"late, one drop", 20 * ms, 1, 30 * 0.9},
 		{"late, half dropped", 20 * ms, 5, 30 * 0.9},
 		{"all dropped", 20 * ms, 10, 30 * 0.9},
@@ -284,17 +288,17 @@ func TestAIMDAdaptive(t *testing.T) {
 	// (above 1.3 × 10 ms) ends it; the round trip's mean is late too, so
 	// the limit backs off once.
 	assert.Equal(t, 40, trip(10*ms, 30))
-	assert.Equal(t, 36, trip(14*ms, 40)) // 40 × 0.9
+	assert.Equal(t, 37, trip(14*ms, 40)) // 40 × 13/14: back to the threshold
 	assert.False(t, a.slowStart)
 
 	// Queueing within the tolerance: one step per round trip, and the
 	// baseline does not move however long it lasts. (The third full
 	// round trip starts the first probe, which lowers Limit but not the
 	// limit it restores.)
-	trip(12*ms, 36)
-	assert.InDelta(t, 37, a.limit, 1e-9)
 	trip(12*ms, 37)
-	assert.InDelta(t, 38, a.limit, 1e-9)
+	assert.InDelta(t, 40*13.0/14+1, a.limit, 1e-9)
+	trip(12*ms, 38)
+	assert.InDelta(t, 40*13.0/14+2, a.limit, 1e-9)
 	assert.True(t, a.base.probing, "first probe after three full round trips")
 	for range 100 {
 		trip(12*ms, 20)

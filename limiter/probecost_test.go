@@ -86,7 +86,9 @@ func TestFirstProbe(t *testing.T) {
 // round trips whose slow calls came with deadline overruns were never
 // late: the limit stayed at 78 and p99 at 9.7·S, near the deadline.
 // When the first probe was not adopted the warm-up went on after it and
-// moved the baseline up with the queue: p99 7.0–7.9·S.
+// moved the baseline up with the queue: p99 7.0–7.9·S. (Late round trips
+// that back off only to the threshold hold the limit a little higher, and
+// with it this p99: 6.6–7.1·S, where a full 10 % back-off gave 6.5–6.8·S.)
 func TestColdNoisyStart(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("make test runs it without -race")
@@ -98,7 +100,7 @@ func TestColdNoisyStart(t *testing.T) {
 		maxLimit int
 	}{
 		{"fifo", 6, 2 * c},
-		{"ps", 7, 2 * c},
+		{"ps", 7.25, 2 * c},
 	}
 	for _, tc := range cases {
 		for seed := uint64(1); seed <= 8; seed++ {
