@@ -417,8 +417,9 @@ func (a *AIMD) untimedLocked(s Sample) {
 }
 
 // ruleLocked applies the AIMD rule to one sample: a call, or a round trip
-// of which share was dropped. A late round trip, a round trip of drops
-// only, or a dropped or late call, backs off by BackoffRatio. A round trip
+// of which share was dropped. A round trip of drops only, or a dropped or
+// late call, backs off by BackoffRatio; a late round trip by
+// lateRatioLocked. A round trip
 // with some drops backs off in proportion to their share, as DCTCP does
 // with marked packets, and still grows by one like any other round trip,
 // so that a trickle of refusals that are not overload costs little: the
