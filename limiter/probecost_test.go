@@ -126,19 +126,35 @@ func TestColdNoisyStart(t *testing.T) {
 // default Limiter. It must run inside a synctest bubble.
 func runColdStart(t *testing.T, kind string, c int, s time.Duration, dist backend.Dist, seed uint64) (*loadgen.Report, *Limiter) {
 	t.Helper()
+	lim, be := newLimitedBackend(t, kind, c, s, dist)
+	return runLoad(t, lim, be, s, 2*float64(c)/s.Seconds(), 6*time.Second, seed), lim
+}
+
+// newLimitedBackend returns a default Limiter and, for it to protect, a
+// backend of c workers with service time s.
+func newLimitedBackend(t *testing.T, kind string, c int, s time.Duration, dist backend.Dist) (*Limiter, backend.Backend) {
+	t.Helper()
 	be, err := backend.New(kind, c, s, dist)
 	require.NoError(t, err)
 	lim, err := New()
 	require.NoError(t, err)
+	return lim, be
+}
+
+// runLoad runs d of Poisson arrivals at rate calls per second, each with a
+// deadline of 10·s (s being be's service time), through lim. It must run
+// inside a synctest bubble.
+func runLoad(t *testing.T, lim *Limiter, be backend.Backend, s time.Duration, rate float64, d time.Duration, seed uint64) *loadgen.Report {
+	t.Helper()
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
-		Phases:   []loadgen.Phase{{Name: "2x from the start", Duration: 6 * time.Second, Rate: 2 * float64(c) / s.Seconds()}},
+		Phases:   []loadgen.Phase{{Name: fmt.Sprintf("%.0f calls/s", rate), Duration: d, Rate: rate}},
 		Deadline: 10 * s,
 		Seed:     seed,
 		Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
 		Classify: classifyLimited,
 	})
 	require.NoError(t, err)
-	return rep, lim
+	return rep
 }
 
 // TestProbeWithoutBaseline: with noisy RTTs slow start ends before any
@@ -152,18 +168,8 @@ func TestProbeWithoutBaseline(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				be, err := backend.New("fifo", c, s, backend.Exponential)
-				require.NoError(t, err)
-				lim, err := New()
-				require.NoError(t, err)
-				_, err = loadgen.Run(context.Background(), loadgen.Config{
-					Phases:   []loadgen.Phase{{Name: "0.5x", Duration: 2 * time.Second, Rate: 0.5 * float64(c) / s.Seconds()}},
-					Deadline: 10 * s,
-					Seed:     seed,
-					Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
-					Classify: classifyLimited,
-				})
-				require.NoError(t, err)
+				lim, be := newLimitedBackend(t, "fifo", c, s, backend.Exponential)
+				runLoad(t, lim, be, s, 0.5*float64(c)/s.Seconds(), 2*time.Second, seed)
 				a := lim.alg.(*AIMD)
 				a.mu.Lock()
 				defer a.mu.Unlock()

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/internal/backend"
-	"github.com/sluice-go/sluice/internal/loadgen"
 )
 
 // TestSteadyStateKeepsWorkersBusy: under sustained overload the limit
@@ -30,10 +29,7 @@ func TestSteadyStateKeepsWorkersBusy(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprintf("ps/5x/seed%d", seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				be, err := backend.New("ps", c, s, backend.Constant)
-				require.NoError(t, err)
-				lim, err := New()
-				require.NoError(t, err)
+				lim, be := newLimitedBackend(t, "ps", c, s, backend.Constant)
 
 				// Count the milliseconds from 2 s on (after the cold
 				// start and its first probe) with fewer calls in flight
@@ -41,6 +37,7 @@ func TestSteadyStateKeepsWorkersBusy(t *testing.T) {
 				ctx, stop := context.WithCancel(context.Background())
 				var ticks, starved int
 				sampled := make(chan struct{})
+				defer func() { stop(); <-sampled }() // also when runLoad fails
 				go func() {
 					defer close(sampled)
 					tick := time.NewTicker(time.Millisecond)
@@ -61,16 +58,9 @@ func TestSteadyStateKeepsWorkersBusy(t *testing.T) {
 						}
 					}
 				}()
-				_, err = loadgen.Run(context.Background(), loadgen.Config{
-					Phases:   []loadgen.Phase{{Name: "5x", Duration: 6 * time.Second, Rate: 5 * float64(c) / s.Seconds()}},
-					Deadline: 10 * s,
-					Seed:     seed,
-					Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
-					Classify: classifyLimited,
-				})
+				runLoad(t, lim, be, s, 5*float64(c)/s.Seconds(), 6*time.Second, seed)
 				stop()
 				<-sampled
-				require.NoError(t, err)
 				require.Positive(t, ticks)
 				share := float64(starved) / float64(ticks)
 				t.Logf("fewer calls in flight than workers %.2f%% of the time", 100*share)
