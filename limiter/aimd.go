@@ -70,7 +70,11 @@ const (
 	firstProbeTrips = 3
 	// firstProbeFraction of the limit is how far the first probe lowers
 	// it: far enough below the downstream's capacity to drain the queue
-	// of a limiter that started far above it.
+	// of a limiter that started far above it. Only a limiter whose warm-up
+	// filled the limit can have measured such a queue; one that started
+	// under less load probes its first time like any other, at two
+	// thirds: a deep probe there only turns calls away (at exactly full
+	// load and S = 100 ms it held the limit at a quarter for 3.5 RTTs).
 	firstProbeFraction = 0.25
 	// collapseFalls late round trips in a row mean the downstream itself
 	// became slower, rather than a limit oscillating around its capacity:
@@ -194,6 +198,9 @@ type baseline struct {
 	// a minimum low.
 	smooth time.Duration
 	offers int // round trips the average has seen, up to smoothWarmup
+	// queued: a round trip that filled the limit fed the average during
+	// the warm-up, so the baseline may hold a queue of the limit's making.
+	queued bool
 
 	// A probe admits calls under a lowered limit from probeFrom until
 	// enough of them have returned (probing), then restores the limit and
@@ -379,6 +386,9 @@ func (a *AIMD) closeLocked(at time.Time) {
 	// A round trip with enough successes for the variability just
 	// measured may lower the baseline (see baseline.offer).
 	if a.adaptive() && rt.successes() >= int(a.need.Load()) && agg.RTT > 0 && !a.base.probing && !a.base.collecting {
+		if a.base.offers < smoothWarmup && float64(agg.Inflight) >= fullFraction*a.limit {
+			a.base.queued = true
+		}
 		a.base.offer(agg.RTT, agg.At)
 	}
 	a.maybeProbeLocked(at, float64(agg.Inflight) >= fullFraction*a.limit)
@@ -527,9 +537,9 @@ func (a *AIMD) maybeProbeLocked(now time.Time, full bool) {
 		}
 	}
 	a.probes++
-	*b = baseline{rtt: b.rtt, updated: b.updated, smooth: b.smooth, offers: b.offers,
+	*b = baseline{rtt: b.rtt, updated: b.updated, smooth: b.smooth, offers: b.offers, queued: b.queued,
 		probing: true, probeFrom: now, steady: a.falls < collapseFalls || a.probes == 1,
-		deep: a.probes == 1 || a.verify}
+		deep: (a.probes == 1 && (b.queued || b.rtt == 0)) || a.verify}
 }
 
 // probeSamplesLocked is how many calls admitted under the probe limit a

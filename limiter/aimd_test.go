@@ -312,6 +312,45 @@ func TestAIMDAdaptive(t *testing.T) {
 	assert.InDelta(t, before+before/8, a.limit, 1e-9)
 }
 
+// TestFirstProbeDepth: the first probe goes deep (a quarter of the limit)
+// only when a round trip of the warm-up that set the baseline filled the
+// limit, as a limiter that starts under overload does; after a warm-up
+// under less load it lowers the limit to two thirds, as later probes do.
+// Deep after any warm-up, at exactly full load with S = 100 ms it held the
+// limit at a quarter for 3.5 RTTs and turned away the calls that came
+// meanwhile (virtual time: 93.6 % of ideal from 1 s to 6 s over 8 seeds
+// with processor sharing, 96.1 % with a first probe at two thirds).
+func TestFirstProbeDepth(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name     string
+		inflight int // of the warm-up's round trips, against a limit of 40
+		want     float64
+	}{
+		{"warm-up under overload: deep", 40, firstProbeFraction},
+		{"warm-up under light load: two thirds", 5, probeFraction},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAIMD(AIMDConfig{InitialLimit: 40})
+			require.NoError(t, err)
+			a.slowStart = false // it would grow the limit by every loaded call
+			at := t0
+			for range smoothWarmup {
+				feed(a, roundTrip(at, 10*ms, minTripSamples, tt.inflight, Success))
+				at = at.Add(10 * ms)
+			}
+			require.Equal(t, 10*ms, a.base.rtt)
+			for i := 0; !a.base.probing; i++ {
+				require.Less(t, i, 10, "no probe after 10 full round trips")
+				feed(a, roundTrip(at, 10*ms, minTripSamples, a.Limit(), Success))
+				at = at.Add(10 * ms)
+			}
+			assert.Equal(t, int(tt.want*a.limit), a.Limit(), "the probe's limit")
+		})
+	}
+}
+
 // TestAIMDProbe checks how a probe refreshes a baseline that sustained
 // load has left unconfirmed.
 func TestAIMDProbe(t *testing.T) {
@@ -376,6 +415,9 @@ func TestAIMDProbe(t *testing.T) {
 				trip(10*ms, 5)
 			}
 			require.Equal(t, 10*ms, a.base.rtt)
+			// As if the warm-up had filled the limit, as a limiter that
+			// starts under overload does (see TestFirstProbeDepth).
+			a.base.queued = true
 
 			// The first probe comes after a few full round trips, late
 			// or not, and goes deep, to drain the queue of a limiter that
