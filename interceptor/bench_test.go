@@ -49,3 +49,23 @@ func bufconnService(b *testing.B, sopts []grpc.ServerOption, dopts []grpc.DialOp
 	require.NoError(b, err)
 	return client, stop
 }
+
+// BenchmarkUnaryServerInterceptor calls the server interceptor directly
+// around a handler that returns at once: the interceptor's own cost per
+// call (lookup, permit, clock reads, release, no-op metrics), without the
+// transport that dominates BenchmarkUnaryOverhead.
+func BenchmarkUnaryServerInterceptor(b *testing.B) {
+	s, err := NewServer()
+	require.NoError(b, err)
+	defer s.Close()
+	intercept := s.UnaryServerInterceptor()
+	info := &grpc.UnaryServerInfo{FullMethod: testpb.TestService_Unary_FullMethodName}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := intercept(ctx, nil, info, handler); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

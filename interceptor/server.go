@@ -171,8 +171,20 @@ func (s *Server) admitServer(ctx context.Context, r *route) (limiter.Token, time
 			p.ch.refund()
 		}
 	}
-	arrived := time.Now()
+	// A call that may wait in the queue arrives before its grant. Any
+	// other is granted as it arrives, and the grant's clock reading is
+	// its arrival: the clock is read twice per call, at the grant and at
+	// the release, the two readings its RTT needs.
+	var arrived time.Time
+	if r.gate.queue {
+		arrived = time.Now()
+	}
 	tok, rej := s.admit(ctx, r)
+	if rej == nil && arrived.IsZero() {
+		if arrived = tok.Granted(); arrived.IsZero() {
+			arrived = time.Now() // a dry run let the call through without a permit
+		}
+	}
 	return tok, arrived, rej
 }
 

@@ -52,12 +52,12 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 	if r == nil || r.gate == nil || r.gate.queue || r.gate.dryRun.Load() {
 		return ctx, nil
 	}
-	arrived := time.Now()
 	tok, ch, rej := s.take(ctx, r, false)
 	if rej != nil {
 		return ctx, rej.err
 	}
-	p := &earlyPermit{r: r, tok: tok, ch: ch, arrived: arrived}
+	// Taken without waiting: the grant is the call's arrival.
+	p := &earlyPermit{r: r, tok: tok, ch: ch, arrived: tok.Granted()}
 	ctx = context.WithValue(ctx, earlyKey{}, p)
 	// grpc-go cancels a stream's context when the stream ends, however it
 	// ends: a permit no interceptor claimed is returned then.

@@ -380,6 +380,17 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 	return held
 }
 
+// Granted returns when t's permit was granted, from the clock reading the
+// grant took for the RTT, so it costs no clock read of its own; the zero
+// Time if t holds nothing. A caller that admits calls without waiting can
+// use it as the call's arrival time.
+func (t *Token) Granted() time.Time {
+	if t.l == nil {
+		return time.Time{}
+	}
+	return t.l.epoch.Add(time.Duration(t.start))
+}
+
 // Held reports whether t holds a permit that has not been released.
 func (t *Token) Held() bool { return t.l != nil }
 

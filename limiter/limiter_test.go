@@ -78,6 +78,27 @@ func TestReleaseIsIdempotent(t *testing.T) {
 	assertSettled(t, l)
 }
 
+// TestTokenGranted: Granted is the instant of the grant, the start of the
+// RTT that Release measures, on the monotonic clock; the zero Token and a
+// released one have none.
+func TestTokenGranted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newFixed(t, 1)
+		var zero Token
+		assert.True(t, zero.Granted().IsZero(), "zero Token")
+
+		time.Sleep(time.Second) // the grant is not at l's creation
+		want := time.Now()
+		tok, ok := l.TryAcquire()
+		require.True(t, ok)
+		time.Sleep(3 * time.Second)
+		assert.True(t, tok.Granted().Equal(want), "Granted %v, want %v", tok.Granted(), want)
+		assert.Equal(t, 3*time.Second, time.Since(tok.Granted()))
+		assert.Equal(t, 3*time.Second, tok.Release(Success), "the RTT Release measures starts at Granted")
+		assert.True(t, tok.Granted().IsZero(), "released Token")
+	})
+}
+
 // TestDebt ports the scenarios of seed 000: a lower limit never revokes a
 // permit; releases pay the debt until in-flight fits the new limit.
 func TestDebt(t *testing.T) {
