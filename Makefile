@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload bench bench-overload bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
+.PHONY: all test overload frontier bench bench-overload bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
 
 all: ci
 
@@ -21,6 +21,11 @@ test:
 ## overload: the "defaults that protect" goal (docs/design.md) as a test, in virtual time.
 overload:
 	$(GO) test -count=1 -run TestDefaultsProtect ./limiter
+
+## frontier: the default limit beside fixed limits at 0.8x and 1x, in
+## virtual time, where the targets of those two loads meet (about 30 s).
+frontier:
+	$(GO) test -count=1 -run '^TestFrontier$$' -v -frontier ./limiter
 
 ## bench: the micro benchmarks of the root module, then bench/'s peer
 ## comparison: micro benchmarks, gRPC overhead, and the ~3 min overload run
