@@ -99,6 +99,17 @@ const (
 	// cvWeight is the weight of a round trip's RTT variability in the
 	// running estimate that sizes the next round trips.
 	cvWeight = 0.1
+	// adaptiveGain is the share of a full move that the limit makes in
+	// a round trip outside slow start: it grows by adaptiveGain rather
+	// than one, and a late round trip takes off adaptiveGain of its step
+	// (halfway to the threshold, 5 % at most with the default
+	// BackoffRatio). At exactly full load Poisson bursts make round trips
+	// late that no lower limit would have helped, and a full step after
+	// each swung the limit from 23 to 35 (5th to 95th percentile, for
+	// C = 16) where half steps swing it from 24 to 33: the limit stays
+	// closer to the level a fixed limit would hold. Drops still take the
+	// whole step.
+	adaptiveGain = 0.5
 	// spareTolerance: a loaded round trip whose mean RTT is within this
 	// factor of the baseline met no queue, and grows the limit faster.
 	spareTolerance = 1.1
@@ -154,14 +165,15 @@ func (c AIMDConfig) Validate() error {
 //   - a round trip whose calls were all dropped multiplies the limit by
 //     BackoffRatio (not below MinLimit);
 //   - one that is late (its successes are, whatever its drops) backs off
-//     to the limit at which it would have been on time, by BackoffRatio
-//     at most, so that the limit settles just above the downstream's
-//     capacity instead of dipping below it at every turn;
+//     halfway to the limit at which it would have been on time, by half
+//     of BackoffRatio's step at most, so that the limit settles just
+//     above the downstream's capacity instead of swinging around it;
 //   - one with some drops and on time backs off in proportion to their
-//     share and still grows by one, so a trickle of refusals that are not
+//     share and still grows, so a trickle of refusals that are not
 //     overload (per-caller quotas) costs little;
-//   - a loaded round trip grows the limit by one, by an eighth when it
-//     filled the limit and met no queue; an idle limiter does not grow.
+//   - a loaded round trip grows the limit by one half (by one with an
+//     explicit Timeout or PerCall), by an eighth when it filled the limit
+//     and met no queue; an idle limiter does not grow.
 //
 // With Timeout zero (the default) a round trip is late when its mean RTT
 // exceeds 1.3 × the baseline, the minimum of a moving average of round
@@ -409,8 +421,9 @@ func (a *AIMD) blindLocked() bool {
 // untimedLocked applies a sample without an RTT (a stream, or a permit a
 // client held through a pushback) call by call: a drop backs off and ends
 // slow start, exactly like a timed one; a loaded success grows the limit by
-// 1/limit, one step per limit's worth of successes, which is what a round
-// trip of them would add, or by one during slow start.
+// a round trip's step divided by the limit, one step per limit's worth of
+// successes, which is what a round trip of them would add, or by one
+// during slow start.
 func (a *AIMD) untimedLocked(s Sample) {
 	if s.Outcome == Dropped {
 		a.backoffLocked(a.cfg.BackoffRatio)
@@ -423,7 +436,7 @@ func (a *AIMD) untimedLocked(s Sample) {
 		a.grow()
 		return
 	}
-	a.limit = min(a.limit+1/a.limit, float64(a.cfg.MaxLimit))
+	a.limit = min(a.limit+a.step()/a.limit, float64(a.cfg.MaxLimit))
 }
 
 // ruleLocked applies the AIMD rule to one sample: a call, or a round trip
@@ -470,7 +483,7 @@ func (a *AIMD) ruleLocked(s Sample, share float64) {
 		a.limit = min(a.limit+max(1, a.limit/8), float64(a.cfg.MaxLimit))
 		return
 	}
-	a.grow()
+	a.limit = min(a.limit+a.step(), float64(a.cfg.MaxLimit))
 }
 
 // lateRatioLocked is how much a round trip late by rtt backs off: to the
@@ -488,7 +501,18 @@ func (a *AIMD) lateRatioLocked(rtt time.Duration) float64 {
 	if a.cfg.PerCall {
 		return a.cfg.BackoffRatio
 	}
-	return max(a.cfg.BackoffRatio, adaptiveTolerance*float64(a.base.rtt)/float64(rtt))
+	full := max(a.cfg.BackoffRatio, adaptiveTolerance*float64(a.base.rtt)/float64(rtt))
+	return 1 - adaptiveGain*(1-full)
+}
+
+// step is what a round trip that grows the limit adds to it: adaptiveGain
+// with the adaptive threshold, else one (the classic rule, which PerCall
+// and an explicit Timeout keep).
+func (a *AIMD) step() float64 {
+	if a.adaptive() && !a.cfg.PerCall {
+		return adaptiveGain
+	}
+	return 1
 }
 
 func (a *AIMD) backoffLocked(ratio float64) {

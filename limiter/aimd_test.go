@@ -232,14 +232,17 @@ func TestAIMDLateWithDrops(t *testing.T) {
 		drops int           // of 10 calls
 		want  float64
 	}{
-		{"late, no drops", 20 * ms, 0, 30 * 0.9},
-		// Just past the threshold (13 ms): back to it, not 10 % lower.
-		{"a little late", 13_500 * time.Microsecond, 0, 30 * 13 / 13.5},
-		{"a little late, one drop", 14 * ms, 1, 30 * 13.0 / 14},
-		{"late, one drop", 20 * ms, 1, 30 * 0.9},
-		{"late, half dropped", 20 * ms, 5, 30 * 0.9},
+		// Far late: half of BackoffRatio's step.
+		{"late, no drops", 20 * ms, 0, 30 * (1 - (1-0.9)/2)},
+		// Just past the threshold (13 ms): halfway back to it, not 5 %
+		// lower.
+		{"a little late", 13_500 * time.Microsecond, 0, 30 * (1 - (1-13/13.5)/2)},
+		{"a little late, one drop", 14 * ms, 1, 30 * (1 - (1-13.0/14)/2)},
+		{"late, one drop", 20 * ms, 1, 30 * (1 - (1-0.9)/2)},
+		{"late, half dropped", 20 * ms, 5, 30 * (1 - (1-0.9)/2)},
+		// Drops only: the whole step.
 		{"all dropped", 20 * ms, 10, 30 * 0.9},
-		{"on time, one drop: its share", 10 * ms, 1, 30*(1-0.1*0.1) + 1},
+		{"on time, one drop: its share, and the half step up", 10 * ms, 1, 30*(1-0.1*0.1) + 0.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -288,17 +291,18 @@ func TestAIMDAdaptive(t *testing.T) {
 	// (above 1.3 × 10 ms) ends it; the round trip's mean is late too, so
 	// the limit backs off once.
 	assert.Equal(t, 40, trip(10*ms, 30))
-	assert.Equal(t, 37, trip(14*ms, 40)) // 40 × 13/14: back to the threshold
+	backedOff := 40 * (1 - (1-13.0/14)/2) // halfway back to the threshold
+	assert.Equal(t, int(backedOff), trip(14*ms, 40))
 	assert.False(t, a.slowStart)
 
-	// Queueing within the tolerance: one step per round trip, and the
+	// Queueing within the tolerance: half a step per round trip, and the
 	// baseline does not move however long it lasts. (The third full
 	// round trip starts the first probe, which lowers Limit but not the
 	// limit it restores.)
 	trip(12*ms, 37)
-	assert.InDelta(t, 40*13.0/14+1, a.limit, 1e-9)
+	assert.InDelta(t, backedOff+0.5, a.limit, 1e-9)
 	trip(12*ms, 38)
-	assert.InDelta(t, 40*13.0/14+2, a.limit, 1e-9)
+	assert.InDelta(t, backedOff+1, a.limit, 1e-9)
 	assert.True(t, a.base.probing, "first probe after three full round trips")
 	for range 100 {
 		trip(12*ms, 20)
@@ -548,9 +552,9 @@ func TestAIMDUntimed(t *testing.T) {
 		{"light success changes nothing", []Sample{call(UntimedRTT, 2, Success)}, []float64{10}},
 		{"drop backs off", []Sample{call(UntimedRTT, 10, Dropped), call(UntimedRTT, 10, Dropped)}, []float64{9, 8.1}},
 		{"ignored changes nothing", []Sample{call(UntimedRTT, 10, Ignored)}, []float64{10}},
-		{"a drop ends slow start: successes then add one per limit's worth",
+		{"a drop ends slow start: successes then add a round trip's half step per limit's worth",
 			[]Sample{call(UntimedRTT, 10, Dropped), call(UntimedRTT, 9, Success), call(UntimedRTT, 9, Success)},
-			[]float64{9, 9 + 1.0/9, 9 + 1.0/9 + 1/(9+1.0/9)}},
+			[]float64{9, 9 + 0.5/9, 9 + 0.5/9 + 0.5/(9+0.5/9)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -581,7 +585,7 @@ func TestAIMDUntimedPushback(t *testing.T) {
 		a.Update(call(UntimedRTT, a.Limit(), Success))
 	}
 	assert.Less(t, a.Limit(), 20)
-	assert.Equal(t, 8, a.Limit())
+	assert.Equal(t, 7, a.Limit()) // 6.97 + about 10 × ½ / 7
 }
 
 // TestWindowConcurrent adds samples from several goroutines while another
