@@ -26,8 +26,9 @@ type AIMDConfig struct {
 	MaxLimit int
 
 	// BackoffRatio multiplies the limit on a drop; it must be in
-	// [0.5, 1). Default 0.9. A round trip only a little above the
-	// adaptive threshold backs off by less (see AIMD).
+	// [0.5, 1). Default 0.9. A late round trip, with the adaptive
+	// threshold, backs off by less when it is only a little late, and by
+	// half as much once the baseline is confirmed (see AIMD).
 	BackoffRatio float64
 
 	// Timeout is the round-trip time above which a successful call counts
@@ -99,16 +100,21 @@ const (
 	// cvWeight is the weight of a round trip's RTT variability in the
 	// running estimate that sizes the next round trips.
 	cvWeight = 0.1
-	// adaptiveGain is the share of a full move that the limit makes in
-	// a round trip outside slow start: it grows by adaptiveGain rather
-	// than one, and a late round trip takes off adaptiveGain of its step
-	// (halfway to the threshold, 5 % at most with the default
-	// BackoffRatio). At exactly full load Poisson bursts make round trips
-	// late that no lower limit would have helped, and a full step after
-	// each swung the limit from 23 to 35 (5th to 95th percentile, for
-	// C = 16) where half steps swing it from 24 to 33: the limit stays
-	// closer to the level a fixed limit would hold. Drops still take the
-	// whole step.
+	// adaptiveGain is the share of a whole move that the limit makes in
+	// a round trip once the first probe has confirmed the baseline: it
+	// grows by adaptiveGain rather than one, and a late round trip takes
+	// off adaptiveGain of its step (halfway to the threshold, 5 % at most
+	// with the default BackoffRatio). At exactly full load Poisson bursts
+	// make round trips late that no lower limit would have helped, and a
+	// whole step after each swung the limit with a standard deviation of
+	// 3.8 (23 to 35 from the 5th to the 95th percentile, processor
+	// sharing, C = 16), half steps with one of 2.9 (25 to 35): the limit
+	// stays closer to the level a fixed limit would hold. Until
+	// that probe the limit is still finding its level, coming down from
+	// slow start's overshoot, and takes whole steps: half steps there kept
+	// the queue for twice as many round trips (at S = 100 ms, p99 over the
+	// first 5 s of a cold start at exactly full load went from 1.9·S to
+	// 2.1–2.2·S). Drops always take the whole step.
 	adaptiveGain = 0.5
 	// spareTolerance: a loaded round trip whose mean RTT is within this
 	// factor of the baseline met no queue, and grows the limit faster.
@@ -165,15 +171,16 @@ func (c AIMDConfig) Validate() error {
 //   - a round trip whose calls were all dropped multiplies the limit by
 //     BackoffRatio (not below MinLimit);
 //   - one that is late (its successes are, whatever its drops) backs off
-//     halfway to the limit at which it would have been on time, by half
-//     of BackoffRatio's step at most, so that the limit settles just
+//     to the limit at which it would have been on time, by BackoffRatio
+//     at most, and once a probe has confirmed the baseline only halfway
+//     there, by half that step at most, so that the limit settles just
 //     above the downstream's capacity instead of swinging around it;
 //   - one with some drops and on time backs off in proportion to their
 //     share and still grows, so a trickle of refusals that are not
 //     overload (per-caller quotas) costs little;
-//   - a loaded round trip grows the limit by one half (by one with an
-//     explicit Timeout or PerCall), by an eighth when it filled the limit
-//     and met no queue; an idle limiter does not grow.
+//   - a loaded round trip grows the limit by one (by one half once a
+//     probe has confirmed the baseline), by an eighth when it filled the
+//     limit and met no queue; an idle limiter does not grow.
 //
 // With Timeout zero (the default) a round trip is late when its mean RTT
 // exceeds 1.3 × the baseline, the minimum of a moving average of round
@@ -444,10 +451,10 @@ func (a *AIMD) untimedLocked(s Sample) {
 // late call, backs off by BackoffRatio; a late round trip by
 // lateRatioLocked. A round trip
 // with some drops backs off in proportion to their share, as DCTCP does
-// with marked packets, and still grows by one like any other round trip,
-// so that a trickle of refusals that are not overload costs little: the
-// limit settles where the two balance, limit × share × (1 − BackoffRatio)
-// = 1, far above any load that a trickle leaves.
+// with marked packets, and still grows by a step like any other round
+// trip, so that a trickle of refusals that are not overload costs little:
+// the limit settles where the two balance, limit × share ×
+// (1 − BackoffRatio) = step, far above any load that a trickle leaves.
 func (a *AIMD) ruleLocked(s Sample, share float64) {
 	// A round trip's RTT is the mean of its successes: with a share of
 	// them dropped, the rest can still be late, as when a queue makes some
@@ -502,14 +509,17 @@ func (a *AIMD) lateRatioLocked(rtt time.Duration) float64 {
 		return a.cfg.BackoffRatio
 	}
 	full := max(a.cfg.BackoffRatio, adaptiveTolerance*float64(a.base.rtt)/float64(rtt))
-	return 1 - adaptiveGain*(1-full)
+	return 1 - a.gainLocked()*(1-full)
 }
 
-// step is what a round trip that grows the limit adds to it: adaptiveGain
-// with the adaptive threshold, else one (the classic rule, which PerCall
-// and an explicit Timeout keep).
-func (a *AIMD) step() float64 {
-	if a.adaptive() && !a.cfg.PerCall {
+// step is what a round trip that grows the limit adds to it.
+func (a *AIMD) step() float64 { return a.gainLocked() }
+
+// gainLocked is the share of a whole step that the limit moves by:
+// adaptiveGain once the adaptive threshold has been confirmed by a probe,
+// else one (the classic rule, which PerCall and an explicit Timeout keep).
+func (a *AIMD) gainLocked() float64 {
+	if a.adaptive() && !a.cfg.PerCall && a.probes > 0 && !(a.probes == 1 && (a.base.probing || a.base.collecting)) {
 		return adaptiveGain
 	}
 	return 1

@@ -232,17 +232,14 @@ func TestAIMDLateWithDrops(t *testing.T) {
 		drops int           // of 10 calls
 		want  float64
 	}{
-		// Far late: half of BackoffRatio's step.
-		{"late, no drops", 20 * ms, 0, 30 * (1 - (1-0.9)/2)},
-		// Just past the threshold (13 ms): halfway back to it, not 5 %
-		// lower.
-		{"a little late", 13_500 * time.Microsecond, 0, 30 * (1 - (1-13/13.5)/2)},
-		{"a little late, one drop", 14 * ms, 1, 30 * (1 - (1-13.0/14)/2)},
-		{"late, one drop", 20 * ms, 1, 30 * (1 - (1-0.9)/2)},
-		{"late, half dropped", 20 * ms, 5, 30 * (1 - (1-0.9)/2)},
-		// Drops only: the whole step.
+		{"late, no drops", 20 * ms, 0, 30 * 0.9},
+		// Just past the threshold (13 ms): back to it, not 10 % lower.
+		{"a little late", 13_500 * time.Microsecond, 0, 30 * 13 / 13.5},
+		{"a little late, one drop", 14 * ms, 1, 30 * 13.0 / 14},
+		{"late, one drop", 20 * ms, 1, 30 * 0.9},
+		{"late, half dropped", 20 * ms, 5, 30 * 0.9},
 		{"all dropped", 20 * ms, 10, 30 * 0.9},
-		{"on time, one drop: its share, and the half step up", 10 * ms, 1, 30*(1-0.1*0.1) + 0.5},
+		{"on time, one drop: its share", 10 * ms, 1, 30*(1-0.1*0.1) + 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -255,6 +252,59 @@ func TestAIMDLateWithDrops(t *testing.T) {
 			}
 			require.Equal(t, 10*ms, a.base.rtt)
 			a.slowStart = false
+			a.publishLocked()
+
+			trip := roundTrip(at, tt.rtt, 10, 30, Success)
+			for i := range tt.drops {
+				trip[i].Outcome = Dropped
+			}
+			feed(a, trip)
+			assert.InDelta(t, tt.want, a.limit, 1e-9)
+		})
+	}
+}
+
+// TestAIMDHalfSteps: once a probe has confirmed the baseline, the adaptive
+// threshold moves the limit by half steps (a late round trip backs off
+// halfway to the threshold, a loaded one grows by one half); before it,
+// while the limit comes down from slow start, by whole ones. Drops take
+// the whole step either way, and an explicit Timeout keeps the classic
+// rule.
+func TestAIMDHalfSteps(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name      string
+		timeout   time.Duration
+		confirmed bool          // a probe has confirmed the baseline
+		rtt       time.Duration // of the round trip's successes; the baseline is 10 ms, so 12 ms is on time but not spare
+		drops     int           // of 10 calls
+		want      float64
+	}{
+		{"confirmed, late: halfway to the threshold", 0, true, 14 * ms, 0, 30 * (1 - (1-13.0/14)/2)},
+		{"confirmed, far late: half of BackoffRatio's step", 0, true, 20 * ms, 0, 30 * (1 - (1-0.9)/2)},
+		{"confirmed, on time: one half up", 0, true, 12 * ms, 0, 30.5},
+		{"confirmed, all dropped: the whole step", 0, true, 10 * ms, 10, 30 * 0.9},
+		{"confirmed, one drop: its share, one half up", 0, true, 10 * ms, 1, 30*(1-0.1*0.1) + 0.5},
+		{"before the first probe, late: to the threshold", 0, false, 14 * ms, 0, 30 * 13.0 / 14},
+		{"before the first probe, on time: one up", 0, false, 12 * ms, 0, 31},
+		{"explicit timeout, on time: one up", time.Second, true, 10 * ms, 0, 31},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAIMD(AIMDConfig{InitialLimit: 30, Timeout: tt.timeout})
+			require.NoError(t, err)
+			at := t0
+			if tt.timeout == 0 {
+				for range smoothWarmup { // light load learns the baseline
+					feed(a, roundTrip(at, 10*ms, minTripSamples, 5, Success))
+					at = at.Add(10 * ms)
+				}
+				require.Equal(t, 10*ms, a.base.rtt)
+			}
+			a.slowStart = false
+			if tt.confirmed {
+				a.probes = 1 // taken and over: not probing, not collecting
+			}
 			a.publishLocked()
 
 			trip := roundTrip(at, tt.rtt, 10, 30, Success)
@@ -291,18 +341,17 @@ func TestAIMDAdaptive(t *testing.T) {
 	// (above 1.3 × 10 ms) ends it; the round trip's mean is late too, so
 	// the limit backs off once.
 	assert.Equal(t, 40, trip(10*ms, 30))
-	backedOff := 40 * (1 - (1-13.0/14)/2) // halfway back to the threshold
-	assert.Equal(t, int(backedOff), trip(14*ms, 40))
+	assert.Equal(t, 37, trip(14*ms, 40)) // 40 × 13/14: back to the threshold
 	assert.False(t, a.slowStart)
 
-	// Queueing within the tolerance: half a step per round trip, and the
+	// Queueing within the tolerance: one step per round trip, and the
 	// baseline does not move however long it lasts. (The third full
 	// round trip starts the first probe, which lowers Limit but not the
 	// limit it restores.)
 	trip(12*ms, 37)
-	assert.InDelta(t, backedOff+0.5, a.limit, 1e-9)
+	assert.InDelta(t, 40*13.0/14+1, a.limit, 1e-9)
 	trip(12*ms, 38)
-	assert.InDelta(t, backedOff+1, a.limit, 1e-9)
+	assert.InDelta(t, 40*13.0/14+2, a.limit, 1e-9)
 	assert.True(t, a.base.probing, "first probe after three full round trips")
 	for range 100 {
 		trip(12*ms, 20)
@@ -552,9 +601,9 @@ func TestAIMDUntimed(t *testing.T) {
 		{"light success changes nothing", []Sample{call(UntimedRTT, 2, Success)}, []float64{10}},
 		{"drop backs off", []Sample{call(UntimedRTT, 10, Dropped), call(UntimedRTT, 10, Dropped)}, []float64{9, 8.1}},
 		{"ignored changes nothing", []Sample{call(UntimedRTT, 10, Ignored)}, []float64{10}},
-		{"a drop ends slow start: successes then add a round trip's half step per limit's worth",
+		{"a drop ends slow start: successes then add one per limit's worth",
 			[]Sample{call(UntimedRTT, 10, Dropped), call(UntimedRTT, 9, Success), call(UntimedRTT, 9, Success)},
-			[]float64{9, 9 + 0.5/9, 9 + 0.5/9 + 0.5/(9+0.5/9)}},
+			[]float64{9, 9 + 1.0/9, 9 + 1.0/9 + 1/(9+1.0/9)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -585,7 +634,7 @@ func TestAIMDUntimedPushback(t *testing.T) {
 		a.Update(call(UntimedRTT, a.Limit(), Success))
 	}
 	assert.Less(t, a.Limit(), 20)
-	assert.Equal(t, 7, a.Limit()) // 6.97 + about 10 × ½ / 7
+	assert.Equal(t, 8, a.Limit())
 }
 
 // TestWindowConcurrent adds samples from several goroutines while another
