@@ -114,8 +114,17 @@ const (
 	// slow start's overshoot, and takes whole steps: half steps there kept
 	// the queue for twice as many round trips (at S = 100 ms, p99 over the
 	// first 5 s of a cold start at exactly full load went from 1.9·S to
-	// 2.1–2.2·S). Drops always take the whole step.
+	// 2.1–2.2·S). Drops always take the whole step, and so does a round
+	// trip late by farLate × the threshold or more.
 	adaptiveGain = 0.5
+	// farLate × the adaptive threshold is a round trip so late that no
+	// burst explains it: the downstream lost capacity or slowed down, and
+	// the limit must come down fast. With half steps there too, halving
+	// the capacity at 1.5× load raised p99 over the 10 s after the drop
+	// from 2.08·S to 2.69·S over real gRPC (FIFO, medians of 3); Poisson
+	// bursts at exactly full load stay below it (round trips at 1.05–1.45
+	// × the threshold).
+	farLate = 1.5
 	// spareTolerance: a loaded round trip whose mean RTT is within this
 	// factor of the baseline met no queue, and grows the limit faster.
 	spareTolerance = 1.1
@@ -173,8 +182,9 @@ func (c AIMDConfig) Validate() error {
 //   - one that is late (its successes are, whatever its drops) backs off
 //     to the limit at which it would have been on time, by BackoffRatio
 //     at most, and once a probe has confirmed the baseline only halfway
-//     there, by half that step at most, so that the limit settles just
-//     above the downstream's capacity instead of swinging around it;
+//     there, by half that step at most, unless it is far late, so that
+//     the limit settles just above the downstream's capacity instead of
+//     swinging around it;
 //   - one with some drops and on time backs off in proportion to their
 //     share and still grows, so a trickle of refusals that are not
 //     overload (per-caller quotas) costs little;
@@ -508,7 +518,11 @@ func (a *AIMD) lateRatioLocked(rtt time.Duration) float64 {
 	if a.cfg.PerCall {
 		return a.cfg.BackoffRatio
 	}
-	full := max(a.cfg.BackoffRatio, adaptiveTolerance*float64(a.base.rtt)/float64(rtt))
+	threshold := adaptiveTolerance * float64(a.base.rtt)
+	full := max(a.cfg.BackoffRatio, threshold/float64(rtt))
+	if float64(rtt) >= farLate*threshold {
+		return full
+	}
 	return 1 - a.gainLocked()*(1-full)
 }
 

@@ -281,7 +281,8 @@ func TestAIMDHalfSteps(t *testing.T) {
 		want      float64
 	}{
 		{"confirmed, late: halfway to the threshold", 0, true, 14 * ms, 0, 30 * (1 - (1-13.0/14)/2)},
-		{"confirmed, far late: half of BackoffRatio's step", 0, true, 20 * ms, 0, 30 * (1 - (1-0.9)/2)},
+		{"confirmed, late past 10 %: half of BackoffRatio's step", 0, true, 16 * ms, 0, 30 * (1 - (1-0.9)/2)},
+		{"confirmed, far late (1.5 × the threshold): the whole step", 0, true, 20 * ms, 0, 30 * 0.9},
 		{"confirmed, on time: one half up", 0, true, 12 * ms, 0, 30.5},
 		{"confirmed, all dropped: the whole step", 0, true, 10 * ms, 10, 30 * 0.9},
 		{"confirmed, one drop: its share, one half up", 0, true, 10 * ms, 1, 30*(1-0.1*0.1) + 0.5},
