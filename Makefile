@@ -25,7 +25,7 @@ overload:
 ## frontier: the default limit beside fixed limits at 0.8x and 1x, in
 ## virtual time, where the targets of those two loads meet (about 30 s).
 frontier:
-	$(GO) test -count=1 -run '^TestFrontier$$' -v -frontier ./limiter
+	$(GO) test ./limiter -count=1 -run '^TestFrontier$$' -v -frontier
 
 ## bench: the micro benchmarks of the root module, then bench/'s peer
 ## comparison: micro benchmarks, gRPC overhead, and the ~3 min overload run
