@@ -243,22 +243,8 @@ func TestAIMDLateWithDrops(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := NewAIMD(AIMDConfig{InitialLimit: 30})
-			require.NoError(t, err)
-			at := t0
-			for range smoothWarmup { // light load learns the baseline
-				feed(a, roundTrip(at, 10*ms, minTripSamples, 5, Success))
-				at = at.Add(10 * ms)
-			}
-			require.Equal(t, 10*ms, a.base.rtt)
-			a.slowStart = false
-			a.publishLocked()
-
-			trip := roundTrip(at, tt.rtt, 10, 30, Success)
-			for i := range tt.drops {
-				trip[i].Outcome = Dropped
-			}
-			feed(a, trip)
+			a, at := steadyAIMD(t, 0, false)
+			feedTrip(a, at, tt.rtt, tt.drops)
 			assert.InDelta(t, tt.want, a.limit, 1e-9)
 		})
 	}
@@ -292,30 +278,47 @@ func TestAIMDHalfSteps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := NewAIMD(AIMDConfig{InitialLimit: 30, Timeout: tt.timeout})
-			require.NoError(t, err)
-			at := t0
-			if tt.timeout == 0 {
-				for range smoothWarmup { // light load learns the baseline
-					feed(a, roundTrip(at, 10*ms, minTripSamples, 5, Success))
-					at = at.Add(10 * ms)
-				}
-				require.Equal(t, 10*ms, a.base.rtt)
-			}
-			a.slowStart = false
-			if tt.confirmed {
-				a.probes = 1 // taken and over: not probing, not collecting
-			}
-			a.publishLocked()
-
-			trip := roundTrip(at, tt.rtt, 10, 30, Success)
-			for i := range tt.drops {
-				trip[i].Outcome = Dropped
-			}
-			feed(a, trip)
+			a, at := steadyAIMD(t, tt.timeout, tt.confirmed)
+			feedTrip(a, at, tt.rtt, tt.drops)
 			assert.InDelta(t, tt.want, a.limit, 1e-9)
 		})
 	}
+}
+
+// steadyAIMD returns an AIMD at a limit of 30, past slow start, and the
+// time its next round trip opens. With the adaptive threshold (timeout 0)
+// light load has set the baseline to 10 ms first, and confirmed says
+// whether a probe has since confirmed it.
+func steadyAIMD(t *testing.T, timeout time.Duration, confirmed bool) (*AIMD, time.Time) {
+	t.Helper()
+	ms := time.Millisecond
+	a, err := NewAIMD(AIMDConfig{InitialLimit: 30, Timeout: timeout})
+	require.NoError(t, err)
+	at := t0
+	if timeout == 0 {
+		for range smoothWarmup {
+			feed(a, roundTrip(at, 10*ms, minTripSamples, 5, Success))
+			at = at.Add(10 * ms)
+		}
+		require.Equal(t, 10*ms, a.base.rtt)
+	}
+	a.slowStart = false
+	if confirmed {
+		a.probes = 1 // taken and over: not probing, not collecting
+	}
+	a.publishLocked()
+	return a, at
+}
+
+// feedTrip feeds a a round trip of 10 calls opening at at, with 30 in
+// flight, whose successes took rtt and whose first drops calls were
+// dropped.
+func feedTrip(a *AIMD, at time.Time, rtt time.Duration, drops int) {
+	trip := roundTrip(at, rtt, 10, 30, Success)
+	for i := range drops {
+		trip[i].Outcome = Dropped
+	}
+	feed(a, trip)
 }
 
 // TestAIMDAdaptive walks the adaptive threshold through its states with a
