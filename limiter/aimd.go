@@ -392,7 +392,7 @@ func (a *AIMD) Update(s Sample) int {
 		if a.lateRTTLocked(s.RTT) {
 			a.slowStart = false
 		} else if a.loaded(s) {
-			a.grow()
+			a.growBy(1)
 		}
 	}
 	if a.win.add(s, int(a.need.Load())) {
@@ -450,10 +450,10 @@ func (a *AIMD) untimedLocked(s Sample) {
 		return
 	}
 	if a.slowStart {
-		a.grow()
+		a.growBy(1)
 		return
 	}
-	a.limit = min(a.limit+a.step()/a.limit, float64(a.cfg.MaxLimit))
+	a.growBy(a.gainLocked() / a.limit)
 }
 
 // ruleLocked applies the AIMD rule to one sample: a call, or a round trip
@@ -497,10 +497,10 @@ func (a *AIMD) ruleLocked(s Sample, share float64) {
 	// round trip.
 	if a.adaptive() && !a.cfg.PerCall && s.Outcome == Success && a.base.rtt > 0 &&
 		float64(s.Inflight) >= fullFraction*a.limit && float64(s.RTT) <= spareTolerance*float64(a.base.rtt) {
-		a.limit = min(a.limit+max(1, a.limit/8), float64(a.cfg.MaxLimit))
+		a.growBy(max(1, a.limit/8))
 		return
 	}
-	a.limit = min(a.limit+a.step(), float64(a.cfg.MaxLimit))
+	a.growBy(a.gainLocked())
 }
 
 // lateRatioLocked is how much a round trip late by rtt backs off: to the
@@ -526,14 +526,13 @@ func (a *AIMD) lateRatioLocked(rtt time.Duration) float64 {
 	return 1 - a.gainLocked()*(1-full)
 }
 
-// step is what a round trip that grows the limit adds to it.
-func (a *AIMD) step() float64 { return a.gainLocked() }
-
-// gainLocked is the share of a whole step that the limit moves by:
-// adaptiveGain once the adaptive threshold has been confirmed by a probe,
-// else one (the classic rule, which PerCall and an explicit Timeout keep).
+// gainLocked is the share of a whole step that the limit moves by, and
+// what a round trip that grows it adds: adaptiveGain once the first probe
+// is over and has confirmed the baseline, else one (the classic rule,
+// which PerCall and an explicit Timeout keep).
 func (a *AIMD) gainLocked() float64 {
-	if a.adaptive() && !a.cfg.PerCall && a.probes > 0 && !(a.probes == 1 && (a.base.probing || a.base.collecting)) {
+	firstProbeOver := a.probes > 1 || (a.probes == 1 && !a.base.probing && !a.base.collecting)
+	if a.adaptive() && !a.cfg.PerCall && firstProbeOver {
 		return adaptiveGain
 	}
 	return 1
@@ -547,7 +546,7 @@ func (a *AIMD) backoffLocked(ratio float64) {
 
 func (a *AIMD) loaded(s Sample) bool { return float64(s.Inflight*2) >= a.limit }
 
-func (a *AIMD) grow() { a.limit = min(a.limit+1, float64(a.cfg.MaxLimit)) }
+func (a *AIMD) growBy(n float64) { a.limit = min(a.limit+n, float64(a.cfg.MaxLimit)) }
 
 // lateRTTLocked reports whether the RTT of successful calls is above the
 // adaptive threshold. (An explicit Timeout was applied on arrival.)

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"strings"
@@ -89,31 +88,16 @@ func runFrontier(t *testing.T, kind string, dist backend.Dist, c int, s time.Dur
 	lim, err := New(opts...)
 	require.NoError(t, err)
 
-	// The limit, sampled every 10 ms after skip.
-	ctx, stop := context.WithCancel(context.Background())
+	// The limit, sampled every 10 ms from skip on.
 	var limitSum, limitN float64
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tk := time.NewTicker(10 * time.Millisecond)
-		defer tk.Stop()
-		start := time.Now()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tk.C:
-			}
-			if time.Since(start) > skip {
-				limitSum += float64(lim.Limit())
-				limitN++
-			}
-		}
-	}()
+	stop := sampleEvery(10*time.Millisecond, skip, func() {
+		limitSum += float64(lim.Limit())
+		limitN++
+	})
+	defer stop() // also when runLoad fails
 	rate := load * float64(c) / s.Seconds()
 	rep := runLoad(t, lim, be, s, rate, run, seed)
 	stop()
-	<-sampled
 	require.Zero(t, lim.Inflight(), "in flight after the run")
 
 	p := rep.Phase(0, skip)

@@ -157,6 +157,32 @@ func runLoad(t *testing.T, lim *Limiter, be backend.Backend, s time.Duration, ra
 	return rep
 }
 
+// sampleEvery calls fn every d from after on, by the clock of the synctest
+// bubble it must run in, until stop is called. stop waits for the last
+// call to return, so fn's results can be read after it, and may be
+// called more than once.
+func sampleEvery(d, after time.Duration, fn func()) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		begin := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				if now.Sub(begin) >= after {
+					fn()
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // TestProbeWithoutBaseline: with noisy RTTs slow start ends before any
 // round trip has had the samples to set a baseline (see blindLocked), so
 // the first probe may come first. Its reading is then the baseline. Taken

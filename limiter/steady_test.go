@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -34,33 +33,16 @@ func TestSteadyStateKeepsWorkersBusy(t *testing.T) {
 				// Count the milliseconds from 2 s on (after the cold
 				// start and its first probe) with fewer calls in flight
 				// than workers.
-				ctx, stop := context.WithCancel(context.Background())
 				var ticks, starved int
-				sampled := make(chan struct{})
-				defer func() { stop(); <-sampled }() // also when runLoad fails
-				go func() {
-					defer close(sampled)
-					tick := time.NewTicker(time.Millisecond)
-					defer tick.Stop()
-					begin := time.Now()
-					for {
-						select {
-						case <-ctx.Done():
-							return
-						case now := <-tick.C:
-							if now.Sub(begin) < 2*time.Second {
-								continue
-							}
-							ticks++
-							if lim.Inflight() < c {
-								starved++
-							}
-						}
+				stop := sampleEvery(time.Millisecond, 2*time.Second, func() {
+					ticks++
+					if lim.Inflight() < c {
+						starved++
 					}
-				}()
+				})
+				defer stop() // also when runLoad fails
 				runLoad(t, lim, be, s, 5*float64(c)/s.Seconds(), 6*time.Second, seed)
 				stop()
-				<-sampled
 				require.Positive(t, ticks)
 				share := float64(starved) / float64(ticks)
 				t.Logf("fewer calls in flight than workers %.2f%% of the time", 100*share)
