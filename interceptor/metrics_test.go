@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,6 +96,38 @@ func TestMetrics(t *testing.T) {
 	assert.Equal(t, []metricdata.DataPoint[int64]{{Attributes: limiterAttrs, Value: 0}},
 		withoutTimes(got["sluice.inflight"].(metricdata.Sum[int64]).DataPoints))
 	assert.NotContains(t, got, "sluice.queue.wait", "no call waited")
+}
+
+// TestMetricsTimeEveryCall: the RTT histogram holds every call's RTT, also
+// of calls so short that a bare limiter.Limiter would time only a sample
+// of them (limiter.WithEveryCallTimed).
+func TestMetricsTimeEveryCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		defer func() { require.NoError(t, provider.Shutdown(context.Background())) }()
+		s, err := NewServer(WithMeterProvider(provider))
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, s.Close()) }()
+
+		const calls, call = 500, 100 * time.Nanosecond
+		r := s.tab.Load().lookup(unaryMethod)
+		for i := range calls {
+			tok, rej := s.admit(t.Context(), r)
+			require.Nil(t, rej)
+			time.Sleep(call)
+			res := Result{}
+			if i < 10 { // a round trip of drops ends the limiter's slow start
+				res.Err = status.Error(codes.ResourceExhausted, "quota")
+			}
+			s.finish(t.Context(), r, &tok, res)
+		}
+
+		rtt := collect(t, reader)["sluice.rtt"].(metricdata.Histogram[float64])
+		require.Len(t, rtt.DataPoints, 1)
+		assert.Equal(t, uint64(calls), rtt.DataPoints[0].Count)
+		assert.InDelta(t, (calls * call).Seconds(), rtt.DataPoints[0].Sum, 1e-12)
+	})
 }
 
 func TestMetricsQueueWait(t *testing.T) {

@@ -302,8 +302,15 @@ func checkLimit(where string, l Limit) error {
 	return nil
 }
 
+// limiterOptions are the options every method's Limiter has: the
+// interceptors record each call's RTT and judge its deadline by it, so
+// every call is timed.
+func limiterOptions(l Limit) []limiter.Option {
+	return []limiter.Option{limiter.WithQueue(l.Queue), limiter.WithEveryCallTimed()}
+}
+
 func newLimiter(l Limit) (*limiter.Limiter, error) {
-	opts := []limiter.Option{limiter.WithQueue(l.Queue)}
+	opts := limiterOptions(l)
 	if l.Algorithm != nil {
 		alg, err := l.Algorithm.NewAlgorithm()
 		if err != nil {
@@ -479,7 +486,7 @@ func (t *table) newGate(name string, l Limit) *gate {
 		// newTable built this Limit once already; an AlgorithmFunc that
 		// fails only later falls back to the default algorithm rather
 		// than leaving the method unprotected.
-		lim, _ = limiter.New(limiter.WithQueue(l.Queue))
+		lim, _ = limiter.New(limiterOptions(l)...)
 	}
 	// The bucket was validated with the Limit; it cannot fail here.
 	bucket, _ := newBucket(l.Rate)

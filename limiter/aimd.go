@@ -136,6 +136,18 @@ const (
 	// maxWindowSamples caps the samples a round trip needs when the RTT
 	// is very noisy.
 	maxWindowSamples = 256
+	// sampledBelow is the mean RTT under which a Limiter times only a
+	// sample of the calls (see AIMD.timeEvery): timing a call takes two
+	// clock reads, 25–50 ns each on a virtual machine, which for calls this
+	// short is a large share of their cost, while a random sample of them
+	// tells the mean and the variability as well. A gRPC call is never
+	// this short, and the interceptors time every call anyway.
+	sampledBelow = time.Microsecond
+	// maxTimeEvery is the most calls one timed call stands for.
+	maxTimeEvery = 64
+	// slowSample is an RTT that ends the sampling at once: a call this
+	// slow among calls short enough to be sampled means they changed.
+	slowSample = 4 * sampledBelow
 )
 
 func (c AIMDConfig) withDefaults() AIMDConfig {
@@ -204,17 +216,19 @@ type AIMD struct {
 	current atomic.Int64 // Limit(): the limit, or the probe's while probing
 	careful atomic.Bool  // every sample takes the lock: slow start, probe, PerCall
 	need    atomic.Int64 // samples a round trip needs, derived from cv
+	every   atomic.Int64 // timeEvery
 	win     window
 
 	mu        sync.Mutex // serializes changes of the fields below
 	limit     float64
 	slowStart bool
-	calm      int     // round trips since the last backoff
-	falls     int     // late round trips in a row
-	probes    int     // probes taken
-	fullTrips int     // round trips in a row that filled the limit, until the first probe
-	verify    bool    // a shallow probe read a slower RTT: the next one goes deep
-	cv        float64 // running coefficient of variation of RTT; -1 unknown
+	calm      int           // round trips since the last backoff
+	falls     int           // late round trips in a row
+	probes    int           // probes taken
+	fullTrips int           // round trips in a row that filled the limit, until the first probe
+	verify    bool          // a shallow probe read a slower RTT: the next one goes deep
+	cv        float64       // running coefficient of variation of RTT; -1 unknown
+	mean      time.Duration // the last round trip's mean RTT; 0 until one
 	base      baseline
 }
 
@@ -301,7 +315,35 @@ func NewAIMD(c AIMDConfig) (*AIMD, error) {
 // the lock.
 func (a *AIMD) publishLocked() {
 	a.current.Store(int64(a.limitLocked()))
-	a.careful.Store(a.cfg.PerCall || a.slowStart || a.base.probing || a.base.collecting)
+	careful := a.cfg.PerCall || a.slowStart || a.base.probing || a.base.collecting
+	a.careful.Store(careful)
+	every := 1
+	if !careful && a.adaptive() && a.mean > 0 && a.mean < sampledBelow {
+		every = min(maxTimeEvery, int(sampledBelow/a.mean))
+	}
+	a.every.Store(int64(every))
+}
+
+// timeEvery is how many calls a Limiter may time one of (chosen at
+// random) instead of timing each: 1 unless round trips' mean RTT is under
+// sampledBelow, and always 1 during slow start and probes, which judge
+// calls one by one, and with PerCall or an explicit Timeout, which do too.
+// A timed success then stands for timeEvery calls; every drop is counted,
+// timed or not (updateUntimed).
+func (a *AIMD) timeEvery() int { return int(a.every.Load()) }
+
+// updateWeighted is Update for a timed call that, if a success, stands
+// for weight calls (see timeEvery).
+func (a *AIMD) updateWeighted(s Sample, weight int) int { return a.update(s, weight) }
+
+// updateUntimed records a call that the Limiter did not time because
+// another call stands for it (see timeEvery): a drop counts in its round
+// trip, as every drop does; a success only adds its in-flight count.
+func (a *AIMD) updateUntimed(o Outcome, inflight int) int {
+	if o != Ignored {
+		a.win.addUntimed(o, inflight)
+	}
+	return a.Limit()
 }
 
 // Limit implements Algorithm.
@@ -355,15 +397,23 @@ func (a *AIMD) observeCVLocked(cv float64) {
 // Update implements Algorithm. Outside slow start and probes, a sample
 // takes no lock: it is added to the round trip with atomic operations, and
 // only the sample that completes a round trip takes the lock to close it.
-func (a *AIMD) Update(s Sample) int {
+func (a *AIMD) Update(s Sample) int { return a.update(s, 1) }
+
+func (a *AIMD) update(s Sample, weight int) int {
 	if s.Outcome == Ignored {
 		return a.Limit()
 	}
 	if !a.adaptive() && s.Outcome == Success && s.RTT > a.cfg.Timeout {
 		s.Outcome = Dropped
 	}
+	if s.RTT >= slowSample && a.every.Load() > 1 {
+		// The calls became slow: time every one from now on, rather
+		// than after a round trip of timed calls, which at a
+		// timeEvery of 64 would take 64 times as many calls.
+		a.every.Store(1)
+	}
 	if s.RTT >= 0 && !a.careful.Load() {
-		if a.win.add(s, int(a.need.Load())) {
+		if a.win.add(s, int(a.need.Load()), weight) {
 			a.mu.Lock()
 			if a.win.complete(int(a.need.Load())) { // not closed meanwhile
 				a.closeLocked(s.At)
@@ -395,7 +445,7 @@ func (a *AIMD) Update(s Sample) int {
 			a.growBy(1)
 		}
 	}
-	if a.win.add(s, int(a.need.Load())) {
+	if a.win.add(s, int(a.need.Load()), weight) {
 		a.closeLocked(s.At)
 	}
 	return a.limitLocked()
@@ -409,6 +459,9 @@ func (a *AIMD) closeLocked(at time.Time) {
 		a.slowStart = false
 	}
 	agg := rt.sample()
+	if agg.RTT > 0 {
+		a.mean = agg.RTT
+	}
 	if !a.cfg.PerCall {
 		a.ruleLocked(agg, rt.dropShare())
 	}

@@ -85,3 +85,21 @@ func ExampleNewAIMD() {
 	// limiter: AIMDConfig.BackoffRatio is 1.2, must be in [0.5, 1)
 	// 9
 }
+
+// A Limiter whose caller records each call's latency: Release returns the
+// RTT of every call, also of calls too short to be timed by default.
+func ExampleWithEveryCallTimed() {
+	l, err := limiter.New(limiter.WithEveryCallTimed())
+	if err != nil {
+		panic(err)
+	}
+	tok, ok := l.TryAcquire()
+	if !ok {
+		return
+	}
+	start := tok.Granted()       // when the call started: no clock read of its own
+	time.Sleep(time.Millisecond) // the call
+	rtt := tok.Release(limiter.Success)
+	fmt.Println(!start.IsZero(), rtt >= time.Millisecond)
+	// Output: true true
+}

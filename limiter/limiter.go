@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,7 @@ type Limiter struct {
 	limit atomic.Int64  // the limit state.avail is measured against
 
 	alg      Algorithm
+	sampler  sampler // alg, if it can learn from a sample of the calls' RTTs
 	queue    queueBound
 	lifo     bool
 	onChange func(old, new int)
@@ -68,6 +70,9 @@ func New(opts ...Option) (*Limiter, error) {
 		queue: queueBound{q: c.queue},
 		lifo:  c.lifo,
 		epoch: time.Now(),
+	}
+	if s, ok := c.alg.(sampler); ok && !c.timeAll {
+		l.sampler = s
 	}
 	n := clampLimit(c.alg.Limit())
 	l.limit.Store(int64(n))
@@ -177,9 +182,36 @@ func (l *Limiter) wait(ctx context.Context) (Token, error) {
 }
 
 // grant builds the Token for a permit just taken; availAfter is the avail
-// count the taking left behind.
+// count the taking left behind. It reads the clock for the call's RTT,
+// unless the algorithm lets a random one of every few calls be timed for
+// all of them (see sampler).
 func (l *Limiter) grant(availAfter int) Token {
-	return Token{l: l, start: l.now(), inflight: int32(l.Limit() - availAfter)}
+	t := Token{l: l, inflight: int32(l.Limit() - availAfter), weight: 1}
+	if l.sampler != nil {
+		if k := l.sampler.timeEvery(); k > 1 {
+			if rand.Uint32N(uint32(k)) != 0 {
+				t.weight = 0
+				return t
+			}
+			t.weight = int32(k)
+		}
+	}
+	t.start = l.now()
+	return t
+}
+
+// A sampler is an Algorithm that can learn from the RTTs of a random sample
+// of the calls: very short calls cost little more than the two clock reads
+// that time them. AIMD is one.
+type sampler interface {
+	// timeEvery is how many calls one timed call may stand for: the
+	// Limiter times each call with probability 1/timeEvery.
+	timeEvery() int
+	// updateWeighted is Update for a timed call that, if a success,
+	// stands for weight calls.
+	updateWeighted(s Sample, weight int) int
+	// updateUntimed records a call that was not timed.
+	updateUntimed(o Outcome, inflight int) int
 }
 
 // now reads the monotonic clock as nanoseconds since l.epoch. time.Since
@@ -338,19 +370,27 @@ type Token struct {
 	l        *Limiter
 	start    int64 // l.now() when granted
 	inflight int32 // permits held right after this one was granted
+	// weight is how many calls this one stands for if timed (see
+	// sampler); 0 if the call is not timed.
+	weight int32
 }
 
 // Release returns the permit and reports the call's outcome and round-trip
 // time to the algorithm, which may change the limit. It returns the RTT it
-// measured: the time from the grant to the release (0 if t was already
-// released).
+// measured: the time from the grant to the release, or 0 if t was already
+// released or the call was not timed.
+//
+// Calls are timed one by one unless the default algorithm (AIMD) finds
+// them shorter than a microsecond on average: it then times a random
+// sample of them (see WithEveryCallTimed).
 func (t *Token) Release(o Outcome) time.Duration { return t.release(o, true) }
 
 // ReleaseUntimed is Release for a call whose duration is not a latency
 // measurement, such as a stream that lives as long as its client wants.
 // The algorithm sees the outcome with a negative RTT: drops still lower the
 // limit and successes may still raise it, but the duration cannot make the
-// call look slow. It returns how long the permit was held.
+// call look slow. It returns how long the permit was held, or 0 as
+// Release does.
 func (t *Token) ReleaseUntimed(o Outcome) time.Duration { return t.release(o, false) }
 
 func (t *Token) release(o Outcome, timed bool) time.Duration {
@@ -360,6 +400,10 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 		return 0
 	}
 	*t = Token{}
+	if tok.weight == 0 {
+		l.releaseUnseen(o, int(tok.inflight), timed)
+		return 0
+	}
 	end := l.now()
 	held := time.Duration(end - tok.start)
 	s := Sample{
@@ -373,19 +417,41 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 	} else if o == Success && s.Inflight >= l.Limit() {
 		l.queue.observe(s.RTT)
 	}
-	if l.alg.Update(s) != l.Limit() {
+	var limit int
+	if l.sampler != nil && timed {
+		limit = l.sampler.updateWeighted(s, int(tok.weight))
+	} else {
+		limit = l.alg.Update(s)
+	}
+	if limit != l.Limit() {
 		l.follow()
 	}
 	l.release()
 	return held
 }
 
+// releaseUnseen releases the permit of a call that was not timed. A call
+// released as untimed is still an untimed sample; one released as timed
+// is one that a timed call stands for.
+func (l *Limiter) releaseUnseen(o Outcome, inflight int, timed bool) {
+	var limit int
+	if timed {
+		limit = l.sampler.updateUntimed(o, inflight)
+	} else {
+		limit = l.alg.Update(Sample{RTT: UntimedRTT, Inflight: inflight, Outcome: o, At: l.epoch.Add(time.Duration(l.now()))})
+	}
+	if limit != l.Limit() {
+		l.follow()
+	}
+	l.release()
+}
+
 // Granted returns when t's permit was granted, from the clock reading the
 // grant took for the RTT, so it costs no clock read of its own; the zero
-// Time if t holds nothing. A caller that admits calls without waiting can
-// use it as the call's arrival time.
+// Time if t holds nothing or its call is not timed (see Release). A caller
+// that admits calls without waiting can use it as the call's arrival time.
 func (t *Token) Granted() time.Time {
-	if t.l == nil {
+	if t.l == nil || t.weight == 0 {
 		return time.Time{}
 	}
 	return t.l.epoch.Add(time.Duration(t.start))

@@ -22,6 +22,10 @@ type window struct {
 	sumSq  atomic.Uint64 // microseconds², successes only; see maxSquaredRTT
 	maxIn  atomic.Int64
 	ready  atomic.Bool // a call that started after open has returned
+	// extra counts the calls that timed successes stand for beyond
+	// themselves when the Limiter times a sample of the calls (see
+	// AIMD.timeEvery): the share of drops is taken of every call.
+	extra atomic.Uint64
 }
 
 // maxSquaredRTT caps the RTT that enters the sum of squares, so that 2^32
@@ -41,9 +45,9 @@ const (
 	oneDrop   = 1
 )
 
-// add records s, which must be timed and not Ignored, and reports whether
-// the window is complete.
-func (w *window) add(s Sample, minSamples int) bool {
+// add records s, which must be timed and not Ignored and, if a success,
+// stands for weight calls, and reports whether the window is complete.
+func (w *window) add(s Sample, minSamples, weight int) bool {
 	end := s.At.UnixNano()
 	start := end - int64(s.RTT)
 	if w.open.Load() == 0 {
@@ -57,18 +61,36 @@ func (w *window) add(s Sample, minSamples int) bool {
 	} else {
 		w.sumRTT.Add(int64(s.RTT))
 		w.sumSq.Add(squaredMicros(s.RTT))
+		if weight > 1 {
+			w.extra.Add(uint64(weight - 1))
+		}
 		c = w.counts.Add(oneSample)
 	}
-	for in := int64(s.Inflight); ; {
-		m := w.maxIn.Load()
-		if in <= m || w.maxIn.CompareAndSwap(m, in) {
-			break
-		}
-	}
+	w.noteInflight(s.Inflight)
 	if !w.ready.Load() && start >= w.open.Load() {
 		w.ready.Store(true)
 	}
 	return w.ready.Load() && int(c>>32) >= minSamples
+}
+
+// addUntimed records a call the Limiter did not time, with its in-flight
+// count: a success only for that count (a timed one stands for it), a
+// drop as one sample of the round trip, since every drop counts. Without
+// a start time it cannot make the window ready, so it never completes it.
+func (w *window) addUntimed(o Outcome, inflight int) {
+	if o == Dropped {
+		w.counts.Add(oneSample | oneDrop)
+	}
+	w.noteInflight(inflight)
+}
+
+func (w *window) noteInflight(inflight int) {
+	for in := int64(inflight); ; {
+		m := w.maxIn.Load()
+		if in <= m || w.maxIn.CompareAndSwap(m, in) {
+			return
+		}
+	}
 }
 
 // complete reports whether the window can close, as add did.
@@ -85,6 +107,7 @@ func (w *window) close(at time.Time) trip {
 	rt := trip{
 		n:      int(c >> 32),
 		drops:  int(c & math.MaxUint32),
+		extra:  int(w.extra.Swap(0)),
 		sumRTT: time.Duration(w.sumRTT.Swap(0)),
 		sumSq:  w.sumSq.Swap(0),
 		maxIn:  int(w.maxIn.Swap(0)),
@@ -98,6 +121,7 @@ func (w *window) close(at time.Time) trip {
 // A trip is the content of a closed window.
 type trip struct {
 	n, drops int
+	extra    int // calls the timed successes stand for beyond themselves
 	sumRTT   time.Duration
 	sumSq    uint64 // microseconds²
 	maxIn    int
@@ -106,12 +130,12 @@ type trip struct {
 
 func (r trip) successes() int { return r.n - r.drops }
 
-// dropShare is the share of the round trip's samples that were dropped.
+// dropShare is the share of the round trip's calls that were dropped.
 func (r trip) dropShare() float64 {
 	if r.n == 0 {
 		return 0
 	}
-	return float64(r.drops) / float64(r.n)
+	return float64(r.drops) / float64(r.n+r.extra)
 }
 
 // cv returns the coefficient of variation of the successful RTTs, or -1
