@@ -1,6 +1,8 @@
 package limiter
 
 import (
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -141,4 +143,44 @@ func TestSampledTiming(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestStressSampled releases timed and untimed calls of a sampling AIMD
+// from many goroutines at once, with every outcome, through Release and
+// ReleaseUntimed, while round trips close: every permit comes back, and
+// the race detector sees the lock-free paths. The AIMD starts out
+// sampling one call in ten; calls slower than slowSample (likely under
+// the race detector) may end the sampling partway.
+func TestStressSampled(t *testing.T) {
+	a, err := NewAIMD(AIMDConfig{InitialLimit: 64, MinLimit: 8})
+	require.NoError(t, err)
+	a.slowStart = false
+	a.mean = 100 * time.Nanosecond
+	a.publishLocked()
+	require.Equal(t, 10, a.timeEvery())
+	l, err := New(WithAlgorithm(a))
+	require.NoError(t, err)
+
+	var workers sync.WaitGroup
+	for w := range 8 {
+		workers.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 2))
+			for range 2000 {
+				tok, ok := l.TryAcquire()
+				if !ok {
+					continue
+				}
+				o := Outcome(rng.IntN(3))
+				if rng.IntN(8) == 0 {
+					tok.ReleaseUntimed(o)
+				} else {
+					tok.Release(o)
+				}
+				assert.False(t, tok.Held())
+			}
+		})
+	}
+	workers.Wait()
+	assertSettled(t, l)
+	assert.GreaterOrEqual(t, l.Limit(), 8)
 }
