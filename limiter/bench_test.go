@@ -26,8 +26,9 @@ func newBenchLimiter(b *testing.B, opts ...Option) *Limiter {
 	return l
 }
 
-func BenchmarkTryAcquireRelease(b *testing.B) {
-	l := newBenchLimiter(b)
+func BenchmarkTryAcquireRelease(b *testing.B) { acquireRelease(b, newBenchLimiter(b)) }
+
+func acquireRelease(b *testing.B, l *Limiter) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tok, ok := l.TryAcquire()
@@ -41,15 +42,7 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 // BenchmarkTryAcquireReleaseTimed times every call, as the interceptors
 // do: what the two clock reads per call cost (see WithEveryCallTimed).
 func BenchmarkTryAcquireReleaseTimed(b *testing.B) {
-	l := newBenchLimiter(b, WithEveryCallTimed())
-	b.ReportAllocs()
-	for b.Loop() {
-		tok, ok := l.TryAcquire()
-		if !ok {
-			b.Fatal("no permit below the limit")
-		}
-		tok.Release(Success)
-	}
+	acquireRelease(b, newBenchLimiter(b, WithEveryCallTimed()))
 }
 
 func BenchmarkTryAcquireReleaseParallel(b *testing.B) {
