@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -156,6 +157,30 @@ func feed(a Algorithm, samples []Sample) int {
 	return n
 }
 
+// TestSlowStartGrowsAFilledLimit: slow start grows the limit by one per
+// success only while the successes found it at least slowStartFill full,
+// so it takes the limit to about calls in flight / 0.7. Growing whenever
+// they held half of it took the limit to twice the calls in flight: at
+// exactly full load, 50 for a capacity of 16.
+func TestSlowStartGrowsAFilledLimit(t *testing.T) {
+	tests := []struct {
+		inflight, want int // 10 successes from a limit of 20
+	}{
+		{inflight: 10, want: 20}, // growing at half full: 21
+		{inflight: 14, want: 21}, // 29
+		{inflight: 20, want: 29}, // 30
+		{inflight: 25, want: 30},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.inflight), func(t *testing.T) {
+			a, err := NewAIMD(AIMDConfig{InitialLimit: 20})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, feed(a, roundTrip(t0, 10*time.Millisecond, 10, tt.inflight, Success)))
+			assert.True(t, a.slowStart)
+		})
+	}
+}
+
 // TestAIMDRoundTrips checks that, by default, AIMD applies its rule once
 // per round trip: a whole round trip of drops backs off once.
 func TestAIMDRoundTrips(t *testing.T) {
@@ -163,9 +188,10 @@ func TestAIMDRoundTrips(t *testing.T) {
 	a, err := NewAIMD(AIMDConfig{InitialLimit: 20, Timeout: 100 * ms})
 	require.NoError(t, err)
 
-	// Slow start: every loaded success grows the limit by one.
+	// Slow start: every success that found the limit 70 % full grows it
+	// by one.
 	at := t0
-	require.Equal(t, 30, feed(a, roundTrip(at, 10*ms, 10, 20, Success)))
+	require.Equal(t, 30, feed(a, roundTrip(at, 10*ms, 10, 21, Success)))
 
 	// A round trip in which every call was dropped backs off once, not
 	// ten times: 30 × 0.9 = 27. That also ends slow start.

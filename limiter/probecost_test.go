@@ -32,6 +32,13 @@ import (
 //     at S = 100 ms, inside the window that make bench-overload measures
 //     (arrivals from 1 s to 6 s): 96.9–97.5 % of ideal with FIFO and
 //     95.7–97.5 % with processor sharing there.
+//
+// Slow start grows only a limit its calls nearly fill (slowStartFill),
+// which slows its climb under overload: counted from the cold start, FIFO
+// at S = 100 ms keeps 97.8–98.9 % of ideal where it kept 98.8–99.0 %
+// growing at half full (hence 0.975, not 0.98), and keeps 100.1–100.2 %
+// after the first second; processor sharing went from 97.9–99.5 % at
+// p99 1.90–1.92·S to 99.0–100.4 % at 1.74–1.82·S.
 func TestFirstProbe(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("make test runs it without -race")
@@ -45,7 +52,7 @@ func TestFirstProbe(t *testing.T) {
 		from, to   time.Duration // the window whose p99 is measured
 		maxP99     float64       // in service times
 	}{
-		{"fifo", 100 * time.Millisecond, 0, 0.98, 0, 6 * time.Second, 2},
+		{"fifo", 100 * time.Millisecond, 0, 0.975, 0, 6 * time.Second, 2},
 		{"fifo", 100 * time.Millisecond, time.Second, 0.99, 0, 6 * time.Second, 2},
 		{"ps", 100 * time.Millisecond, time.Second, 0.978, 0, 6 * time.Second, 2},
 		{"ps", 20 * time.Millisecond, 0, 0.98, time.Second, 3 * time.Second, 1.8},
