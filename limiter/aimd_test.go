@@ -276,13 +276,14 @@ func TestAIMDLateWithDrops(t *testing.T) {
 	}
 }
 
-// TestAIMDHalfSteps: once a probe has confirmed the baseline, the adaptive
-// threshold moves the limit by half steps (a late round trip backs off
-// halfway to the threshold, a loaded one grows by one half); before it,
+// TestAIMDQuarterSteps: once a probe has confirmed the baseline, the
+// adaptive threshold moves the limit by quarter steps (a late round trip
+// backs off a quarter of the way to the threshold, a loaded one grows by
+// a quarter); before it,
 // while the limit comes down from slow start, by whole ones. Drops take
 // the whole step either way, and an explicit Timeout keeps the classic
 // rule.
-func TestAIMDHalfSteps(t *testing.T) {
+func TestAIMDQuarterSteps(t *testing.T) {
 	ms := time.Millisecond
 	tests := []struct {
 		name      string
@@ -292,12 +293,12 @@ func TestAIMDHalfSteps(t *testing.T) {
 		drops     int           // of 10 calls
 		want      float64
 	}{
-		{"confirmed, late: halfway to the threshold", 0, true, 14 * ms, 0, 30 * (1 - (1-13.0/14)/2)},
-		{"confirmed, late past 10 %: half of BackoffRatio's step", 0, true, 16 * ms, 0, 30 * (1 - (1-0.9)/2)},
+		{"confirmed, late: a quarter of the way to the threshold", 0, true, 14 * ms, 0, 30 * (1 - (1-13.0/14)/4)},
+		{"confirmed, late past 10 %: a quarter of BackoffRatio's step", 0, true, 16 * ms, 0, 30 * (1 - (1-0.9)/4)},
 		{"confirmed, far late (1.5 × the threshold): the whole step", 0, true, 20 * ms, 0, 30 * 0.9},
-		{"confirmed, on time: one half up", 0, true, 12 * ms, 0, 30.5},
+		{"confirmed, on time: a quarter up", 0, true, 12 * ms, 0, 30.25},
 		{"confirmed, all dropped: the whole step", 0, true, 10 * ms, 10, 30 * 0.9},
-		{"confirmed, one drop: its share, one half up", 0, true, 10 * ms, 1, 30*(1-0.1*0.1) + 0.5},
+		{"confirmed, one drop: its share, a quarter up", 0, true, 10 * ms, 1, 30*(1-0.1*0.1) + 0.25},
 		{"before the first probe, late: to the threshold", 0, false, 14 * ms, 0, 30 * 13.0 / 14},
 		{"before the first probe, on time: one up", 0, false, 12 * ms, 0, 31},
 		{"explicit timeout, on time: one up", time.Second, true, 10 * ms, 0, 31},

@@ -72,7 +72,7 @@ func TestAIMDSampledDropShare(t *testing.T) {
 	for _, s := range roundTrip(at, 10*time.Millisecond, minTripSamples-1, 30, Success) {
 		a.updateWeighted(s, 10)
 	}
-	// One drop of 1 + 9 × 10 calls, and the round trip's half step.
+	// One drop of 1 + 9 × 10 calls, and the round trip's quarter step.
 	share := 1.0 / 91
 	assert.InDelta(t, 30*(1-share*(1-defaultAIMDBackoffRatio))+adaptiveGain, a.limit, 1e-9)
 }
