@@ -618,8 +618,9 @@ func (a *AIMD) backoffLocked(ratio float64) {
 func (a *AIMD) loaded(s Sample) bool { return float64(s.Inflight*2) >= a.limit }
 
 // fillsForSlowStart reports whether s found the limit full enough for slow
-// start to grow it (see slowStartFill): the limit when s was granted,
-// which during slow start is well below the limit now.
+// start to grow it (see slowStartFill). It is judged against the limit
+// now, which during slow start has grown since s was granted: the rule
+// errs toward not growing.
 func (a *AIMD) fillsForSlowStart(s Sample) bool {
 	return float64(s.Inflight) >= slowStartFill*a.limit
 }

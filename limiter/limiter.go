@@ -400,50 +400,39 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 		return 0
 	}
 	*t = Token{}
-	if tok.weight == 0 {
-		l.releaseUnseen(o, int(tok.inflight), timed)
-		return 0
-	}
-	end := l.now()
-	held := time.Duration(end - tok.start)
-	s := Sample{
-		RTT:      held,
-		Inflight: int(tok.inflight),
-		Outcome:  o,
-		At:       l.epoch.Add(time.Duration(end)),
-	}
-	if !timed {
-		s.RTT = UntimedRTT
-	} else if o == Success && s.Inflight >= l.Limit() {
-		l.queue.observe(s.RTT)
-	}
 	var limit int
-	if l.sampler != nil && timed {
-		limit = l.sampler.updateWeighted(s, int(tok.weight))
+	var held time.Duration
+	if tok.weight == 0 && timed {
+		// Not timed: a timed call stands for this one (see sampler).
+		limit = l.sampler.updateUntimed(o, int(tok.inflight))
 	} else {
-		limit = l.alg.Update(s)
+		end := l.now()
+		if tok.weight != 0 {
+			held = time.Duration(end - tok.start)
+		}
+		s := Sample{
+			RTT:      UntimedRTT,
+			Inflight: int(tok.inflight),
+			Outcome:  o,
+			At:       l.epoch.Add(time.Duration(end)),
+		}
+		if timed {
+			s.RTT = held
+			if o == Success && s.Inflight >= l.Limit() {
+				l.queue.observe(s.RTT)
+			}
+		}
+		if l.sampler != nil && timed {
+			limit = l.sampler.updateWeighted(s, int(tok.weight))
+		} else {
+			limit = l.alg.Update(s)
+		}
 	}
 	if limit != l.Limit() {
 		l.follow()
 	}
 	l.release()
 	return held
-}
-
-// releaseUnseen releases the permit of a call that was not timed. A call
-// released as untimed is still an untimed sample; one released as timed
-// is one that a timed call stands for.
-func (l *Limiter) releaseUnseen(o Outcome, inflight int, timed bool) {
-	var limit int
-	if timed {
-		limit = l.sampler.updateUntimed(o, inflight)
-	} else {
-		limit = l.alg.Update(Sample{RTT: UntimedRTT, Inflight: inflight, Outcome: o, At: l.epoch.Add(time.Duration(l.now()))})
-	}
-	if limit != l.Limit() {
-		l.follow()
-	}
-	l.release()
 }
 
 // Granted returns when t's permit was granted, from the clock reading the
