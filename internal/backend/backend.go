@@ -97,6 +97,7 @@ func checkConfig(c int, s time.Duration) error {
 type FIFO struct {
 	service time.Duration
 	draw    *sampler
+	late    time.Duration // tests: every timer fires this much late
 
 	mu       sync.Mutex
 	capacity int
@@ -105,8 +106,10 @@ type FIFO struct {
 }
 
 type fifoWaiter struct {
-	ready chan struct{}
-	left  bool
+	ready   chan struct{}
+	left    bool
+	arrived time.Time
+	start   time.Time // when its service began; set before ready closes
 }
 
 // NewFIFO returns a FIFO backend with c workers and service time s.
@@ -119,21 +122,24 @@ func NewFIFO(c int, s time.Duration) (*FIFO, error) {
 
 // Do implements Backend.
 func (b *FIFO) Do(ctx context.Context) error {
+	var start time.Time
 	b.mu.Lock()
 	if b.busy < b.capacity && len(b.queue) == 0 {
 		b.busy++
 		b.mu.Unlock()
+		start = time.Now()
 	} else {
-		w := &fifoWaiter{ready: make(chan struct{})}
+		w := &fifoWaiter{ready: make(chan struct{}), arrived: time.Now()}
 		b.queue = append(b.queue, w)
 		b.mu.Unlock()
 		select {
 		case <-w.ready:
+			start = w.start
 		case <-ctx.Done():
 			b.mu.Lock()
 			select {
 			case <-w.ready: // got a worker while leaving: give it back
-				b.finishLocked()
+				b.finishLocked(w.start)
 			default:
 				w.left = true
 			}
@@ -141,21 +147,36 @@ func (b *FIFO) Do(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	timer := time.NewTimer(b.draw.next())
+	end := start.Add(b.draw.next())
+	timer := time.NewTimer(time.Until(end) + b.late)
 	<-timer.C
 	b.mu.Lock()
-	b.finishLocked()
+	b.finishLocked(end)
 	b.mu.Unlock()
 	return ctx.Err()
 }
 
-// finishLocked frees a worker and hands free workers to queued calls.
-func (b *FIFO) finishLocked() {
+// catchUpShare bounds how far in the past a worker's next call may start:
+// a 1/catchUpShare of the mean service time. A worker freed at time t starts
+// the next queued call at t, not when its timer fired or its goroutine
+// woke, so the lateness of timers and of the scheduler does not reduce
+// capacity below C/S; a long stall (a GC pause, a starved process) is
+// lost, as a real server would lose it, beyond this bound.
+const catchUpShare = 10
+
+// finishLocked frees a worker that became free at the given time and hands
+// free workers to queued calls.
+func (b *FIFO) finishLocked(freed time.Time) {
 	b.busy--
-	b.dispatchLocked()
+	b.dispatchLocked(freed)
 }
 
-func (b *FIFO) dispatchLocked() {
+// dispatchLocked starts queued calls on free workers, as of the time the
+// workers became free.
+func (b *FIFO) dispatchLocked(freed time.Time) {
+	if earliest := time.Now().Add(-b.service / catchUpShare); freed.Before(earliest) {
+		freed = earliest
+	}
 	for b.busy < b.capacity && len(b.queue) > 0 {
 		w := b.queue[0]
 		b.queue[0] = nil
@@ -164,6 +185,13 @@ func (b *FIFO) dispatchLocked() {
 			continue
 		}
 		b.busy++
+		// A call that arrived after the worker was due to be free (it
+		// queued only because the worker's timer had not fired yet)
+		// starts when it arrived.
+		w.start = freed
+		if w.arrived.After(freed) {
+			w.start = w.arrived
+		}
 		close(w.ready)
 	}
 }
@@ -176,7 +204,7 @@ func (b *FIFO) SetCapacity(c int) error {
 	}
 	b.mu.Lock()
 	b.capacity = c
-	b.dispatchLocked()
+	b.dispatchLocked(time.Now())
 	b.mu.Unlock()
 	return nil
 }
@@ -195,6 +223,7 @@ func (b *FIFO) Capacity() int {
 type ProcessorSharing struct {
 	service time.Duration
 	draw    *sampler
+	late    time.Duration // tests: every timer fires this much late
 
 	mu       sync.Mutex
 	capacity int
@@ -250,20 +279,44 @@ func (b *ProcessorSharing) rateLocked() float64 {
 	return float64(b.capacity) / float64(n)
 }
 
-// advanceLocked brings remaining work up to now and completes finished jobs.
+// advanceLocked brings remaining work up to now and completes finished
+// jobs. It steps from completion to completion, each at the rate of its
+// own stretch, so the work is exact however late the timer or the call
+// that brought it here: a job that was due to end before now ends at its
+// due time in the accounting, and the others get its share from then on.
 func (b *ProcessorSharing) advanceLocked(now time.Time) {
-	if !b.last.IsZero() && len(b.jobs) > 0 {
-		work := now.Sub(b.last).Seconds() * b.rateLocked()
+	for !b.last.IsZero() && len(b.jobs) > 0 {
+		rate := b.rateLocked()
+		least := b.leastRemainingLocked()
+		due := b.last.Add(time.Duration(least / rate * float64(time.Second)))
+		if due.After(now) {
+			work := now.Sub(b.last).Seconds() * rate
+			for j := range b.jobs {
+				j.remaining -= work
+			}
+			break
+		}
 		for j := range b.jobs {
-			j.remaining -= work
+			j.remaining -= least
 			// Timers fire at whole nanoseconds: treat a sliver as done.
 			if j.remaining <= 1e-9 {
 				delete(b.jobs, j)
 				close(j.done)
 			}
 		}
+		b.last = due
 	}
 	b.last = now
+}
+
+func (b *ProcessorSharing) leastRemainingLocked() float64 {
+	least := -1.0
+	for j := range b.jobs {
+		if least < 0 || j.remaining < least {
+			least = j.remaining
+		}
+	}
+	return least
 }
 
 // rescheduleLocked arms the timer for the next completion.
@@ -276,15 +329,9 @@ func (b *ProcessorSharing) rescheduleLocked() {
 	if len(b.jobs) == 0 {
 		return
 	}
-	least := -1.0
-	for j := range b.jobs {
-		if least < 0 || j.remaining < least {
-			least = j.remaining
-		}
-	}
-	wait := time.Duration(least / b.rateLocked() * float64(time.Second))
+	wait := time.Duration(b.leastRemainingLocked() / b.rateLocked() * float64(time.Second))
 	gen := b.gen
-	b.timer = time.AfterFunc(max(wait, time.Nanosecond), func() {
+	b.timer = time.AfterFunc(max(wait, time.Nanosecond)+b.late, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if gen != b.gen {

@@ -116,3 +116,66 @@ func TestBadConfig(t *testing.T) {
 	assert.Error(t, b.SetCapacity(-1))
 	assert.Equal(t, 1, b.Capacity())
 }
+
+// A late timer must not cost the backend capacity: on a loaded machine
+// timers fire a fraction of a millisecond late, and a backend that counted
+// that lateness as work would serve less than C/S, so no protection could
+// reach the "ideal" goodput the benchmarks divide by.
+func TestLateTimersKeepCapacity(t *testing.T) {
+	const late = time.Millisecond
+	ms := time.Millisecond
+	t.Run("fifo", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b, err := NewFIFO(1, 10*ms)
+			require.NoError(t, err)
+			b.late = late
+			got := finishTimes(t, b, 10, context.Background())
+			// Each call starts when the one before was due to end, so ten
+			// calls take ten service times and the last timer's lateness,
+			// not ten latenesses.
+			assert.Equal(t, 100*ms+late, got[9])
+			assert.Equal(t, 10*ms+late, got[0])
+
+			// A call that arrives after the worker was due to be free, but
+			// before its late timer fired, queues for a moment; it is not
+			// served before it arrived.
+			start := time.Now()
+			var wg sync.WaitGroup
+			var second time.Duration
+			wg.Go(func() { _ = b.Do(context.Background()) })
+			time.Sleep(10*ms + late/2)
+			wg.Go(func() {
+				_ = b.Do(context.Background())
+				second = time.Since(start)
+			})
+			wg.Wait()
+			assert.Equal(t, 20*ms+late/2+late, second)
+		})
+	})
+	t.Run("ps", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b, err := NewProcessorSharing(1, 10*ms)
+			require.NoError(t, err)
+			b.late = late
+			start := time.Now()
+			var wg sync.WaitGroup
+			ends := make([]time.Duration, 2)
+			for i := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = b.Do(context.Background())
+					ends[i] = time.Since(start)
+				}()
+				time.Sleep(5 * ms)
+			}
+			wg.Wait()
+			// Exact: the first call runs alone for 5 ms, shares until it
+			// ends at 15 ms; the second then runs alone and ends at 20 ms.
+			// The timers fire late, but the work done is counted as of
+			// when each call was due to finish.
+			assert.Equal(t, 15*ms+late, ends[0])
+			assert.Equal(t, 20*ms+late, ends[1])
+		})
+	})
+}
