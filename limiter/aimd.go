@@ -224,7 +224,9 @@ func (c AIMDConfig) Validate() error {
 // With Timeout zero (the default) a round trip is late when its mean RTT
 // exceeds 1.3 × the baseline, the minimum of a moving average of round
 // trips' means, refreshed by brief probes at a lower limit while the limit
-// is full. Untimed samples (Token.ReleaseUntimed) apply the rule call by
+// is full. A probe that reads more than three standard errors of its mean
+// below the baseline (by its own calls' spread, when RTTs are quiet)
+// replaces it: the baseline had taken a queue for the RTT. Untimed samples (Token.ReleaseUntimed) apply the rule call by
 // call. docs/design.md gives the model, the reasoning and the measurements.
 type AIMD struct {
 	cfg AIMDConfig
@@ -278,6 +280,12 @@ type baseline struct {
 	steady       bool   // the limit was not collapsing when the probe started
 	deep         bool   // the probe lowers the limit to firstProbeFraction
 	scaled       bool   // the limit was scaled to the probe's RTT already
+}
+
+// probeCV is the coefficient of variation of the probe's calls collected
+// so far, or -1 before there are two.
+func (b *baseline) probeCV() float64 {
+	return trip{n: b.probeN, sumRTT: b.probeSum, sumSq: b.probeSq}.cv()
 }
 
 // offer shows the baseline a round trip's mean RTT. The baseline is the
@@ -682,11 +690,25 @@ const minProbeSamples = 4
 // drainedLocked reports whether a probe's mean m is lower than the
 // baseline by more than its own noise (windowSigmas standard errors of
 // its mean): the baseline had taken a queue for the RTT.
+//
+// The noise is the round trips' variability, or the probe's own calls'
+// when both are quiet (quietCV). Round trips that meet a queue vary with
+// it, calls waiting for different times, so with a steady downstream they
+// overstate the noise of the probe, which drained the queue: judged by
+// them, a probe 13 % below a baseline set by a queue at a cold start was
+// taken for noise, and the limit stayed at 1.5·C. With noisy RTTs the
+// probe's own spread of a few calls is itself too noisy to trust (a
+// handful of exponential draws can happen to lie close together), so it
+// only decides when the round trips agree the RTT is quiet.
 func (a *AIMD) drainedLocked(m time.Duration) bool {
-	noise := 1.0
-	if a.cv >= 0 {
-		noise = windowSigmas * a.cv / math.Sqrt(float64(a.base.probeN))
+	if a.cv < 0 {
+		return false
 	}
+	cv := a.cv
+	if own := a.base.probeCV(); a.cv <= quietCV && own >= 0 {
+		cv = min(cv, own)
+	}
+	noise := windowSigmas * cv / math.Sqrt(float64(a.base.probeN))
 	return float64(m) < (1-noise)*float64(a.base.rtt)
 }
 
@@ -813,7 +835,7 @@ func (a *AIMD) probeLocked(s Sample) {
 // start with exponential service times read 0.6–0.87·S.
 func (a *AIMD) cautiousLocked(m time.Duration) time.Duration {
 	b := &a.base
-	cv := trip{n: b.probeN, sumRTT: b.probeSum, sumSq: b.probeSq}.cv()
+	cv := b.probeCV()
 	if cv <= quietCV {
 		return m
 	}

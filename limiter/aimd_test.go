@@ -735,3 +735,63 @@ func TestWindowSubMicrosecond(t *testing.T) {
 	assert.False(t, math.IsNaN(cv))
 	assert.Equal(t, minTripSamples, samplesNeeded(cv))
 }
+
+// TestAIMDProbeJudgedByItsOwnNoise: whether a probe that reads below the
+// baseline drained a queue is judged by the noise of the probe's own
+// calls, when they are quiet. The round trips' variability is a poor
+// judge there: at a queue it is the queue's (calls wait for different
+// times), not the downstream's. Judged by it, a probe of a steady
+// downstream that read 13 % below a baseline set by a queue at a cold
+// start was taken for noise, and at 5× over real gRPC the limit sat at
+// 1.5·C for good, with p50 1.68·S.
+func TestAIMDProbeJudgedByItsOwnNoise(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name   string
+		spread time.Duration // the probe's calls take 10 ms ± spread
+		want   time.Duration
+	}{
+		{"quiet probe below the baseline: learned", 0, 10 * ms},
+		{"noisy probe below the baseline: kept", 9 * ms, 12 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAIMD(AIMDConfig{InitialLimit: 40})
+			require.NoError(t, err)
+			a.slowStart = false
+			at := t0
+			pair := func(mean, spread time.Duration, inflight int) []Sample {
+				return append(roundTrip(at, mean-spread, 1, inflight, Success),
+					roundTrip(at, mean+spread, 1, inflight, Success)...)
+			}
+			// Round trips at a queue: 9 and 15 ms, a mean of 12 ms and a
+			// coefficient of variation of 0.25, quiet by quietCV.
+			queued := func(inflight int) {
+				for range 10 {
+					feed(a, pair(12*ms, 3*ms, inflight))
+				}
+				at = at.Add(15 * ms)
+			}
+			for range smoothWarmup {
+				queued(30)
+			}
+			a.base.queued = true
+			require.InDelta(t, 12*ms, a.base.rtt, float64(ms/10))
+			require.InDelta(t, 0.25, a.cv, 0.01)
+			for i := 0; !a.base.probing && i < 100; i++ {
+				queued(a.Limit())
+			}
+			require.True(t, a.base.probing, "first probe")
+			at = a.base.probeFrom
+			// The calls admitted under the probe limit, then one call
+			// after the collection time, which ends the probe.
+			for i := 0; a.base.probing && i < 100; i++ {
+				feed(a, pair(10*ms, tt.spread, 5))
+			}
+			require.True(t, a.base.collecting)
+			feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Success, At: at.Add(200 * ms)}})
+			require.False(t, a.base.collecting)
+			assert.InDelta(t, tt.want, a.base.rtt, float64(ms/10))
+		})
+	}
+}
