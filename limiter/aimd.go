@@ -245,7 +245,8 @@ type AIMD struct {
 	falls     int           // late round trips in a row
 	probes    int           // probes taken
 	fullTrips int           // round trips in a row that filled the limit, until the first probe
-	verify    bool          // a shallow probe read a slower RTT: the next one goes deep
+	verify    bool          // a probe's reading needs checking: the next one goes deep
+	lowSeen   bool          // a noisy probe read far below the baseline: the next one confirms it or not
 	cv        float64       // running coefficient of variation of RTT; -1 unknown
 	mean      time.Duration // the last round trip's mean RTT; 0 until one
 	base      baseline
@@ -781,6 +782,11 @@ func (a *AIMD) probeLocked(s Sample) {
 		// baseline had taken for the RTT, as when a limiter starts under
 		// overload: it replaces the baseline.
 		adopt := true
+		// A deep probe answers the question a probe before it asked.
+		confirming := b.deep && a.lowSeen
+		if b.deep {
+			a.verify, a.lowSeen = false, false
+		}
 		switch {
 		case b.scaled:
 			// Drained already; the calls collected since settle the RTT.
@@ -789,6 +795,18 @@ func (a *AIMD) probeLocked(s Sample) {
 			// (noisy RTTs end slow start before one does, see
 			// blindLocked): the probe is the first measurement.
 			m = a.cautiousLocked(m)
+		case a.drainedLocked(m) && a.probes > 1 && a.noisyProbeLocked() && !confirming:
+			// With noisy RTTs a few dozen calls can average far below
+			// the service time by chance, and a baseline that follows
+			// them makes every round trip late: one such probe of a run
+			// at 2× with exponential service times read 0.37·S, and the
+			// limit fell from 29 to 3 for ten seconds. After the first
+			// probe (which drains a cold start's queue, and is scaled
+			// and bounded for it) the reading waits for the next probe,
+			// deep, to confirm it. Round trips lower the baseline by
+			// themselves when the downstream gets faster.
+			adopt = false
+			a.verify, a.lowSeen = true, true
 		case a.drainedLocked(m):
 			m = a.cautiousLocked(m)
 			if a.probes == 1 {
@@ -809,9 +827,6 @@ func (a *AIMD) probeLocked(s Sample) {
 		default:
 			adopt = false
 		}
-		if b.deep {
-			a.verify = false
-		}
 		if adopt {
 			b.rtt, b.smooth = m, m
 		}
@@ -821,6 +836,12 @@ func (a *AIMD) probeLocked(s Sample) {
 		b.offers = max(b.offers, smoothWarmup)
 		b.updated = s.At
 	}
+}
+
+// noisyProbeLocked reports whether the probe's own RTTs or the round
+// trips' vary by more than quietCV.
+func (a *AIMD) noisyProbeLocked() bool {
+	return a.base.probeCV() > quietCV || a.cv > quietCV
 }
 
 // cautiousLocked returns a probe's mean m raised by cautionSigmas standard

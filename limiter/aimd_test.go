@@ -795,3 +795,65 @@ func TestAIMDProbeJudgedByItsOwnNoise(t *testing.T) {
 		})
 	}
 }
+
+// TestAIMDNoisyLowProbeConfirmed: with noisy RTTs a probe's mean of a
+// few dozen calls can read far below the service time by chance, and a
+// baseline that follows it makes every round trip late. After the first
+// probe, such a reading is therefore only believed when the next probe,
+// deep, confirms it. Believed at once, one probe of a 60 s run at 2× with
+// exponential service times (virtual time, FIFO, seed 3) read 0.37·S,
+// the baseline went to 0.54·S and the limit fell from 29 to 3 for ten
+// seconds: 82.6 % of ideal over the run.
+func TestAIMDNoisyLowProbeConfirmed(t *testing.T) {
+	ms := time.Millisecond
+	a, err := NewAIMD(AIMDConfig{InitialLimit: 40})
+	require.NoError(t, err)
+	a.slowStart = false
+	at := t0
+	// noisy feeds calls of mean ± spread, pairs of them, n in all.
+	noisy := func(mean, spread time.Duration, n, inflight int) {
+		for range n / 2 {
+			feed(a, append(roundTrip(at, mean-spread, 1, inflight, Success),
+				roundTrip(at, mean+spread, 1, inflight, Success)...))
+		}
+		at = at.Add(mean + spread)
+	}
+	// probe runs loaded round trips 20 % above the baseline (neither
+	// late nor confirming it) until a probe starts, then the probe's
+	// calls, of mean ± spread, then one call that ends the collection.
+	probe := func(mean, spread time.Duration) (deep bool) {
+		for i := 0; !a.base.probing && i < 1000; i++ {
+			noisy(a.base.rtt*6/5, a.base.rtt/2, 100, a.Limit())
+		}
+		require.True(t, a.base.probing)
+		deep = a.base.deep
+		at = a.base.probeFrom
+		for i := 0; a.base.probing && i < 1000; i++ {
+			noisy(mean, spread, 2, 5)
+		}
+		require.True(t, a.base.collecting)
+		feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Success, At: at.Add(time.Second)}})
+		require.False(t, a.base.collecting)
+		at = at.Add(time.Second)
+		return deep
+	}
+	for range smoothWarmup {
+		noisy(10*ms, 9*ms, 100, 5)
+	}
+	probe(10*ms, 9*ms) // the first probe reads the service time
+	require.InDelta(t, 10*ms, a.base.rtt, float64(ms/2))
+	base := a.base.rtt
+
+	// A probe reads 4 ms, far below its noise: not believed yet.
+	assert.False(t, probe(4*ms, 2*ms), "a shallow probe")
+	assert.Equal(t, base, a.base.rtt, "a low noisy reading alone moves nothing")
+	// The next probe goes deep and reads the service time: the low
+	// reading was chance.
+	assert.True(t, probe(10*ms, 9*ms), "a deep probe checks it")
+	assert.Equal(t, base, a.base.rtt)
+
+	// Two low readings in a row: the downstream did get faster.
+	probe(4*ms, 2*ms)
+	assert.True(t, probe(4*ms, 2*ms))
+	assert.Less(t, a.base.rtt, 6*ms, "confirmed")
+}
