@@ -149,6 +149,23 @@ func roundTrip(start time.Time, rtt time.Duration, n, inflight int, o Outcome) [
 	return out
 }
 
+// spreadPair returns two successes that started at start and took mean −
+// spread and mean + spread: a mean of mean and a coefficient of variation
+// of spread / mean.
+func spreadPair(start time.Time, mean, spread time.Duration, inflight int) []Sample {
+	return append(roundTrip(start, mean-spread, 1, inflight, Success),
+		roundTrip(start, mean+spread, 1, inflight, Success)...)
+}
+
+// newWarmAIMD returns a default AIMD of limit 40 past slow start.
+func newWarmAIMD(t *testing.T) *AIMD {
+	t.Helper()
+	a, err := NewAIMD(AIMDConfig{InitialLimit: 40})
+	require.NoError(t, err)
+	a.slowStart = false
+	return a
+}
+
 func feed(a Algorithm, samples []Sample) int {
 	n := a.Limit()
 	for _, s := range samples {
@@ -551,9 +568,7 @@ func TestAIMDProbe(t *testing.T) {
 // limit of TestDefaultsProtect's C = 64 exponential case collapsed.
 func TestAIMDFirstProbeNoisyRTT(t *testing.T) {
 	ms := time.Millisecond
-	a, err := NewAIMD(AIMDConfig{InitialLimit: 40})
-	require.NoError(t, err)
-	a.slowStart = false
+	a := newWarmAIMD(t)
 	at := t0
 	// samples returns n calls that started at at and took rtt.
 	samples := func(n int, rtt time.Duration, inflight int) []Sample {
@@ -756,13 +771,10 @@ func TestAIMDProbeJudgedByItsOwnNoise(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := NewAIMD(AIMDConfig{InitialLimit: 40})
-			require.NoError(t, err)
-			a.slowStart = false
+			a := newWarmAIMD(t)
 			at := t0
 			pair := func(mean, spread time.Duration, inflight int) []Sample {
-				return append(roundTrip(at, mean-spread, 1, inflight, Success),
-					roundTrip(at, mean+spread, 1, inflight, Success)...)
+				return spreadPair(at, mean, spread, inflight)
 			}
 			// Round trips at a queue: 9 and 15 ms, a mean of 12 ms and a
 			// coefficient of variation of 0.25, quiet by quietCV.
@@ -806,15 +818,12 @@ func TestAIMDProbeJudgedByItsOwnNoise(t *testing.T) {
 // seconds: 82.6 % of ideal over the run.
 func TestAIMDNoisyLowProbeConfirmed(t *testing.T) {
 	ms := time.Millisecond
-	a, err := NewAIMD(AIMDConfig{InitialLimit: 40})
-	require.NoError(t, err)
-	a.slowStart = false
+	a := newWarmAIMD(t)
 	at := t0
 	// noisy feeds calls of mean ± spread, pairs of them, n in all.
 	noisy := func(mean, spread time.Duration, n, inflight int) {
 		for range n / 2 {
-			feed(a, append(roundTrip(at, mean-spread, 1, inflight, Success),
-				roundTrip(at, mean+spread, 1, inflight, Success)...))
+			feed(a, spreadPair(at, mean, spread, inflight))
 		}
 		at = at.Add(mean + spread)
 	}
