@@ -9,8 +9,9 @@ CODE_MODULES := $(filter-out tools/,$(MODULES))
 
 all: ci
 
-## test: the race-enabled tests of every module, then the full overload
-## matrix of the default limiter, which -race only samples.
+## test: the race-enabled tests of every module, then the limiter's tests
+## without -race, which include the virtual-time runs of the default limit
+## that -race skips (too slow under it).
 test:
 	@set -e; for m in $(CODE_MODULES); do \
 		echo "== go test -race $$m"; \
@@ -18,9 +19,12 @@ test:
 	done
 	@$(MAKE) --no-print-directory overload
 
-## overload: the "defaults that protect" goal (docs/design.md) as a test, in virtual time.
+## overload: the "defaults that protect" goal (docs/design.md) as tests in
+## virtual time: TestDefaultsProtect, the cold starts, the steady state
+## and a minute of noisy overload (TestNoisyLongRun), with the rest of the
+## limiter's tests (about a minute).
 overload:
-	$(GO) test -count=1 -run TestDefaultsProtect ./limiter
+	$(GO) test -count=1 ./limiter
 
 ## frontier: the default limit beside fixed limits at 0.8x and 1x, in
 ## virtual time, where the targets of those two loads meet (about 30 s).
