@@ -226,8 +226,9 @@ func (c AIMDConfig) Validate() error {
 // trips' means, refreshed by brief probes at a lower limit while the limit
 // is full. A probe that reads more than three standard errors of its mean
 // below the baseline (by its own calls' spread, when RTTs are quiet)
-// replaces it: the baseline had taken a queue for the RTT. Untimed samples (Token.ReleaseUntimed) apply the rule call by
-// call. docs/design.md gives the model, the reasoning and the measurements.
+// replaces it: the baseline had taken a queue for the RTT. Untimed samples
+// (Token.ReleaseUntimed) apply the rule call by call. docs/design.md gives
+// the model, the reasoning and the measurements.
 type AIMD struct {
 	cfg AIMDConfig
 
@@ -795,19 +796,21 @@ func (a *AIMD) probeLocked(s Sample) {
 			// (noisy RTTs end slow start before one does, see
 			// blindLocked): the probe is the first measurement.
 			m = a.cautiousLocked(m)
-		case a.drainedLocked(m) && a.probes > 1 && a.noisyProbeLocked() && !confirming:
-			// With noisy RTTs a few dozen calls can average far below
-			// the service time by chance, and a baseline that follows
-			// them makes every round trip late: one such probe of a run
-			// at 2× with exponential service times read 0.37·S, and the
-			// limit fell from 29 to 3 for ten seconds. After the first
-			// probe (which drains a cold start's queue, and is scaled
-			// and bounded for it) the reading waits for the next probe,
-			// deep, to confirm it. Round trips lower the baseline by
-			// themselves when the downstream gets faster.
-			adopt = false
-			a.verify, a.lowSeen = true, true
 		case a.drainedLocked(m):
+			if a.probes > 1 && a.noisyProbeLocked() && !confirming {
+				// With noisy RTTs a few dozen calls can average far
+				// below the service time by chance, and a baseline that
+				// follows them makes every round trip late: one such
+				// probe of a run at 2× with exponential service times
+				// read 0.37·S, and the limit fell from 29 to 3 for ten
+				// seconds. After the first probe (which drains a cold
+				// start's queue, and is scaled and bounded for it) the
+				// reading waits for the next probe, deep, to read low
+				// too.
+				adopt = false
+				a.verify, a.lowSeen = true, true
+				break
+			}
 			m = a.cautiousLocked(m)
 			if a.probes == 1 {
 				a.scaleLimitLocked(m)

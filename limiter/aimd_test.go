@@ -773,14 +773,11 @@ func TestAIMDProbeJudgedByItsOwnNoise(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := newWarmAIMD(t)
 			at := t0
-			pair := func(mean, spread time.Duration, inflight int) []Sample {
-				return spreadPair(at, mean, spread, inflight)
-			}
 			// Round trips at a queue: 9 and 15 ms, a mean of 12 ms and a
 			// coefficient of variation of 0.25, quiet by quietCV.
 			queued := func(inflight int) {
 				for range 10 {
-					feed(a, pair(12*ms, 3*ms, inflight))
+					feed(a, spreadPair(at, 12*ms, 3*ms, inflight))
 				}
 				at = at.Add(15 * ms)
 			}
@@ -798,7 +795,7 @@ func TestAIMDProbeJudgedByItsOwnNoise(t *testing.T) {
 			// The calls admitted under the probe limit, then one call
 			// after the collection time, which ends the probe.
 			for i := 0; a.base.probing && i < 100; i++ {
-				feed(a, pair(10*ms, tt.spread, 5))
+				feed(a, spreadPair(at, 10*ms, tt.spread, 5))
 			}
 			require.True(t, a.base.collecting)
 			feed(a, []Sample{{RTT: ms, Inflight: 5, Outcome: Success, At: at.Add(200 * ms)}})
