@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -28,7 +29,20 @@ const (
 	Constant    Dist = iota // every call takes exactly the service time
 	Uniform                 // uniform in [0.5, 1.5] × the service time
 	Exponential             // exponential with the service time as mean
+	// Bimodal is a cache in front of a slow store: a third of the service
+	// time for 90 % of calls (hits), seven times it for 10 % (misses).
+	// Mean S, coefficient of variation 2.
+	Bimodal
+	// Lognormal is a heavy tail: lognormal with σ = 1.2 and mean S,
+	// coefficient of variation 1.8; one call in a hundred takes over 8·S.
+	Lognormal
 )
+
+// maxDist is the last Dist.
+const maxDist = Lognormal
+
+// lognormalSigma is Lognormal's σ; its μ puts the mean at the service time.
+const lognormalSigma = 1.2
 
 func (d Dist) String() string {
 	switch d {
@@ -38,11 +52,16 @@ func (d Dist) String() string {
 		return "uniform"
 	case Exponential:
 		return "exponential"
+	case Bimodal:
+		return "bimodal"
+	case Lognormal:
+		return "lognormal"
 	}
 	return fmt.Sprintf("Dist(%d)", uint8(d))
 }
 
-// ParseDist parses "constant", "uniform" or "exponential".
+// ParseDist parses a Dist's name: "constant", "uniform", "exponential",
+// "bimodal" or "lognormal".
 func ParseDist(s string) (Dist, error) {
 	switch s {
 	case "constant", "":
@@ -51,8 +70,12 @@ func ParseDist(s string) (Dist, error) {
 		return Uniform, nil
 	case "exponential":
 		return Exponential, nil
+	case "bimodal":
+		return Bimodal, nil
+	case "lognormal":
+		return Lognormal, nil
 	}
-	return 0, fmt.Errorf(`backend: distribution must be "constant", "uniform" or "exponential", got %q`, s)
+	return 0, fmt.Errorf(`backend: distribution must be "constant", "uniform", "exponential", "bimodal" or "lognormal", got %q`, s)
 }
 
 // sampler draws service times; safe for concurrent use.
@@ -73,10 +96,20 @@ func (s *sampler) next() time.Duration {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dist == Uniform {
-		return time.Duration((0.5 + s.rng.Float64()) * float64(s.mean))
+	m := float64(s.mean)
+	switch s.dist {
+	case Uniform:
+		return time.Duration((0.5 + s.rng.Float64()) * m)
+	case Bimodal:
+		if s.rng.Float64() < 0.9 {
+			return time.Duration(m / 3)
+		}
+		return time.Duration(7 * m)
+	case Lognormal:
+		// E[exp(μ + σZ)] = exp(μ + σ²/2): the mean is m with μ = ln m − σ²/2.
+		return time.Duration(m * math.Exp(lognormalSigma*s.rng.NormFloat64()-lognormalSigma*lognormalSigma/2))
 	}
-	return time.Duration(s.rng.ExpFloat64() * float64(s.mean))
+	return time.Duration(s.rng.ExpFloat64() * m)
 }
 
 func checkConfig(c int, s time.Duration) error {
@@ -369,7 +402,7 @@ var ErrUnknownKind = errors.New(`backend: kind must be "fifo" or "ps"`)
 // New returns a backend of the named kind, "fifo" or "ps", with capacity
 // c and service times of mean s drawn from d.
 func New(kind string, c int, s time.Duration, d Dist) (Backend, error) {
-	if d > Exponential {
+	if d > maxDist {
 		return nil, fmt.Errorf("backend: unknown distribution %d", d)
 	}
 	switch kind {

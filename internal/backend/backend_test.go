@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -82,12 +83,15 @@ func TestProcessorSharing(t *testing.T) {
 }
 
 func TestDistributions(t *testing.T) {
-	for _, d := range []Dist{Constant, Uniform, Exponential} {
+	cvs := map[Dist]float64{Constant: 0, Uniform: 0.29, Exponential: 1, Bimodal: 2, Lognormal: 1.8}
+	for _, d := range []Dist{Constant, Uniform, Exponential, Bimodal, Lognormal} {
 		s := newSampler(10*time.Millisecond, d)
 		var sum time.Duration
-		n := 20000
+		var sumSq float64
+		n := 100000
 		for range n {
 			x := s.next()
+			sumSq += x.Seconds() * x.Seconds()
 			require.GreaterOrEqual(t, x, time.Duration(0))
 			if d == Uniform {
 				require.GreaterOrEqual(t, x, 5*time.Millisecond)
@@ -95,13 +99,15 @@ func TestDistributions(t *testing.T) {
 			}
 			sum += x
 		}
-		assert.InDelta(t, float64(10*time.Millisecond), float64(sum)/float64(n), float64(300*time.Microsecond), d.String())
+		mean := sum.Seconds() / float64(n)
+		assert.InDelta(t, 0.010, mean, 0.0003, d.String())
+		assert.InDelta(t, cvs[d], math.Sqrt(max(sumSq/float64(n)-mean*mean, 0))/mean, 0.15, d.String())
 		parsed, err := ParseDist(d.String())
 		require.NoError(t, err)
 		assert.Equal(t, d, parsed)
 	}
 	_, err := ParseDist("gamma")
-	assert.EqualError(t, err, `backend: distribution must be "constant", "uniform" or "exponential", got "gamma"`)
+	assert.EqualError(t, err, `backend: distribution must be "constant", "uniform", "exponential", "bimodal" or "lognormal", got "gamma"`)
 }
 
 func TestBadConfig(t *testing.T) {
