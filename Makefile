@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload frontier bench bench-overload bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
+.PHONY: all test overload frontier shapes bench bench-overload bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
 
 all: ci
 
@@ -30,6 +30,13 @@ overload:
 ## virtual time, where the targets of those two loads meet (about 30 s).
 frontier:
 	$(GO) test ./limiter -count=1 -run '^TestFrontier$$' -v -frontier
+
+## shapes: the default limit beside a fixed C+8 on every latency shape
+## (constant, exponential, bimodal cache hits/misses, lognormal), FIFO and
+## processor sharing, 0.5x to 5x and a cold 5x, in virtual time: one
+## markdown table (about 2 minutes on 2 cores).
+shapes:
+	$(GO) test ./limiter -count=1 -run '^TestShapes$$' -v -shapes | grep '^ *|'
 
 ## bench: the micro benchmarks of the root module, then bench/'s peer
 ## comparison: micro benchmarks, gRPC overhead, and the ~3 min overload run
