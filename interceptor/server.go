@@ -191,7 +191,7 @@ func (s *Server) admitServer(ctx context.Context, r *route) (limiter.Token, time
 // finishServer releases a server call's permit. A call that ended after its
 // deadline is overload only when the server's own time made it late: the
 // time since it arrived (queue and handler) exceeded lateFactor × the RTT
-// the limiter has seen its calls take. Otherwise the caller chose a
+// the limiter has seen its OK calls take. Otherwise the caller chose a
 // deadline too short for the work, or already expired, and the call is
 // Ignored without consulting the Classifier: a caller must not be able to
 // lower the limit that every caller shares. Streams live as long as their
