@@ -16,7 +16,9 @@ type Result struct {
 	// FullMethod is the call's method, "/package.Service/Method".
 	FullMethod string
 	// Err is what the handler (server) or the invoker (client) returned;
-	// nil for success.
+	// nil for success. A server stream whose handler passed on a failure
+	// of RecvMsg or SendMsg is Ignored before any Classifier sees it (see
+	// Server).
 	Err error
 	// Late reports that the call's deadline had passed when it finished
 	// (or the caller cancelled it just before): whatever the handler
