@@ -34,12 +34,13 @@ type Result struct {
 // (room to spare), Dropped (overload: back off) or Ignored (no signal).
 //
 // A limit learns only from the server's own work, so what a call teaches
-// depends on more than its outcome. A unary call's round-trip time is
-// learned (by the algorithm, and by the moving average behind a Server's
-// late rule and pushback) only when the call answered OK or was Dropped:
-// a Success with an error, such as an instant INVALID_ARGUMENT, did none
-// of the method's work, and counts for the limit without its time. A
-// stream's time is never learned. Calls that say nothing about the server
+// depends on more than its outcome. The round-trip time of a unary call
+// that answered OK is learned by the algorithm (its baseline) and by the
+// moving average behind a Server's late rule and pushback; that of a
+// Dropped call only by the algorithm, to size the back-off. A Success
+// with an error, such as an instant INVALID_ARGUMENT, did none of the
+// method's work: it counts for the limit without its time. A stream's
+// time is never learned. Calls that say nothing about the server
 // are Ignored before any Classifier sees them (see Result.Late, and
 // Server for the streams whose messages grpc-go refused).
 //
