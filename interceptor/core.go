@@ -260,9 +260,9 @@ func (c *core) finish(ctx context.Context, r *route, tok *limiter.Token, res Res
 }
 
 // settle releases a classified call's permit. A limit learns RTTs only from
-// calls that did the method's real work: a unary call teaches its RTT (to
-// the algorithm and the moving average behind the late rule) when it
-// answered OK, or when it was a drop, whose time says how late it was. An
+// calls that did the method's real work: a unary call that answered OK
+// teaches its RTT to the algorithm and to the moving average behind the
+// late rule; a drop only to the algorithm, whose back-off it sizes. An
 // error that is a success (there was room to answer it) may have cost
 // microseconds, which would teach that the method is that fast: it counts
 // for the limit untimed. Streams are always untimed.
