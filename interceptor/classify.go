@@ -16,7 +16,9 @@ type Result struct {
 	// FullMethod is the call's method, "/package.Service/Method".
 	FullMethod string
 	// Err is what the handler (server) or the invoker (client) returned;
-	// nil for success.
+	// nil for success. A server stream whose handler passed on a failure
+	// of RecvMsg or SendMsg is Ignored before any Classifier sees it (see
+	// Server).
 	Err error
 	// Late reports that the call's deadline had passed when it finished
 	// (or the caller cancelled it just before): whatever the handler
@@ -30,6 +32,18 @@ type Result struct {
 
 // A Classifier decides what a finished call tells the limiter: Success
 // (room to spare), Dropped (overload: back off) or Ignored (no signal).
+//
+// A limit learns only from the server's own work, so what a call teaches
+// depends on more than its outcome. The round-trip time of a unary call
+// that answered OK is learned by the algorithm (its baseline) and by the
+// moving average behind a Server's late rule and pushback; that of a
+// Dropped call only by the algorithm, to size the back-off. A Success
+// with an error, such as an instant INVALID_ARGUMENT, did none of the
+// method's work: it counts for the limit without its time. A stream's
+// time is never learned. Calls that say nothing about the server
+// are Ignored before any Classifier sees them (see Result.Late, and
+// Server for the streams whose messages grpc-go refused).
+//
 // It is called once per admitted call and must be fast and safe for
 // concurrent use. A Classifier that panics costs no permit: the call's
 // permit is released (as Ignored) and the panic goes on, like a handler's,
@@ -48,8 +62,12 @@ type Classifier func(Result) limiter.Outcome
 //	any other code                      Success
 //
 // Other codes are errors of the request, not of capacity: a server that
-// answers NOT_FOUND quickly had room to answer. A handler that returns a
-// bare context error is classified by the matching code.
+// answers NOT_FOUND quickly had room to answer. Such a success grows the
+// limit like an OK one, but its round-trip time is not learned: only OK
+// answers did the method's real work, and an error that costs
+// microseconds would teach that the method is that fast (see Classifier).
+// A handler that returns a bare context error is classified by the
+// matching code.
 func DefaultClassifier(r Result) limiter.Outcome {
 	if r.Late {
 		return limiter.Dropped

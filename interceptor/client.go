@@ -160,7 +160,7 @@ func (c *Client) end(ctx context.Context, r *route, tok *limiter.Token, res Resu
 			return
 		}
 	}
-	c.release(ctx, r, tok, o, !res.Stream)
+	c.settle(ctx, r, tok, o, res)
 }
 
 // pushbackOf reads the server's pushback from a trailer. Only a single

@@ -252,11 +252,29 @@ func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 }
 
 // finish releases an admitted call's permit with its outcome and records
-// it. Unary calls feed their RTT to the algorithm; streams are untimed.
+// it (see settle).
 func (c *core) finish(ctx context.Context, r *route, tok *limiter.Token, res Result) limiter.Outcome {
 	o := c.classify(ctx, r, tok, res)
-	c.release(ctx, r, tok, o, !res.Stream)
+	c.settle(ctx, r, tok, o, res)
 	return o
+}
+
+// settle releases a classified call's permit. A limit learns RTTs only from
+// calls that did the method's real work: a unary call that answered OK
+// teaches its RTT to the algorithm and to the moving average behind the
+// late rule; a drop only to the algorithm, whose back-off it sizes. An
+// error that is a success (there was room to answer it) may have cost
+// microseconds, which would teach that the method is that fast: it counts
+// for the limit untimed. Streams are always untimed.
+func (c *core) settle(ctx context.Context, r *route, tok *limiter.Token, o limiter.Outcome, res Result) {
+	switch {
+	case res.Stream:
+		c.release(ctx, r, tok, o, false)
+	case o == limiter.Success && res.Err != nil:
+		c.releaseAs(ctx, r, tok, o, true, false)
+	default:
+		c.release(ctx, r, tok, o, true)
+	}
 }
 
 // classify runs the Classifier on a finished call. Should it panic, the
@@ -275,21 +293,32 @@ func (c *core) classify(ctx context.Context, r *route, tok *limiter.Token, res R
 	return o
 }
 
-// release returns the permit with outcome o.
+// release returns the permit with outcome o; a timed call's duration is
+// recorded and learned from (see releaseAs).
 func (c *core) release(ctx context.Context, r *route, tok *limiter.Token, o limiter.Outcome, timed bool) {
+	c.releaseAs(ctx, r, tok, o, timed, timed)
+}
+
+// releaseAs returns the permit with outcome o. With record, the time the
+// permit was held goes to the sluice.rtt histogram; with learn, it is also
+// an RTT for the algorithm and, for a success, the gate's moving average.
+func (c *core) releaseAs(ctx context.Context, r *route, tok *limiter.Token, o limiter.Outcome, record, learn bool) {
 	if !tok.Held() {
 		return // a call a dry run let through without a permit
 	}
-	if !timed {
-		tok.ReleaseUntimed(o)
-		c.metrics.admitted(ctx, r.attrs, o)
-	} else {
-		rtt := tok.Release(o)
-		if o == limiter.Success {
-			r.gate.observe(rtt)
+	var held time.Duration
+	if learn {
+		held = tok.Release(o)
+		// 0 is a call the algorithm did not time (see Token.Release).
+		if o == limiter.Success && held > 0 {
+			r.gate.observe(held)
 		}
-		c.metrics.admitted(ctx, r.attrs, o)
-		c.metrics.recordRTT(ctx, r.attrs, rtt)
+	} else {
+		held = tok.ReleaseUntimed(o)
+	}
+	c.metrics.admitted(ctx, r.attrs, o)
+	if record {
+		c.metrics.recordRTT(ctx, r.attrs, held)
 	}
 	if c.released != nil {
 		c.released()

@@ -12,8 +12,9 @@ type LimiterState struct {
 	Name string
 	// Limit, Inflight and Queued are the limiter's live figures.
 	Limit, Inflight, Queued int
-	// RTT is a moving average of the durations of the calls the limiter
-	// admitted recently; 0 before the first one finishes.
+	// RTT is a moving average of the durations of the unary calls the
+	// limiter admitted recently that answered OK (see Classifier); 0
+	// before the first one finishes.
 	RTT time.Duration
 	// OverrideUntil is when the operator's override (SetOverride) ends;
 	// zero when the limiter adapts freely.

@@ -2,9 +2,12 @@ package interceptor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -24,6 +27,16 @@ import (
 // sluice.limiter "_OTHER" and share one limiter of the default Limit, so
 // that callers cannot choose the metrics' cardinality or mint limiters;
 // configured entries still apply to them (see WithMethod).
+//
+// A limit learns only from the server's own work. A stream whose handler
+// returns the error its RecvMsg or SendMsg got (or one of the same code)
+// ends without a signal: grpc-go produced it from the caller's bytes (a
+// message over grpc.MaxRecvMsgSize, or over it once decompressed, one that
+// fails to decompress or decode, an answer the request made larger than
+// grpc.MaxSendMsgSize) or from the caller's leaving, and a message over
+// the limit would otherwise be RESOURCE_EXHAUSTED, a drop. A unary request
+// that grpc-go cannot read never reaches the interceptors; a permit
+// WithEarlyRejection's tap took for it is given back unused.
 //
 // A Server is safe for concurrent use. Install both interceptors on one
 // grpc.Server with ServerOptions.
@@ -151,10 +164,64 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 			s.release(ctx, r, &tok, limiter.Ignored, false)
 		}
 	}()
-	err := handler(srv, ss)
+	ws := &watchedStream{ServerStream: ss}
+	err := handler(srv, ws)
 	done = true
+	if ws.failedWith(err) {
+		// The caller's bytes or its leaving ended the stream, not the
+		// server's work: no signal, whatever the Classifier would say.
+		s.release(ctx, r, &tok, limiter.Ignored, false)
+		return err
+	}
 	s.finishServer(ctx, r, &tok, arrived, Result{FullMethod: info.FullMethod, Err: err, Stream: true})
 	return err
+}
+
+// watchedStream is the grpc.ServerStream the handler of a limited stream
+// gets. It remembers how RecvMsg and SendMsg failed: grpc-go's errors
+// there come from the caller's bytes (a message over the size limit, one
+// that fails to decompress or to decode, an answer made too large by what
+// the caller asked for) or from the caller's leaving, never from the
+// server's load, yet a message over the limit is RESOURCE_EXHAUSTED.
+type watchedStream struct {
+	grpc.ServerStream
+	// recv and send are 1 + the code of RecvMsg's and SendMsg's last
+	// failure, 0 for none. A SendMsg that succeeds clears send: the
+	// handler went on after the failure, so it is not what ended the
+	// stream.
+	recv, send atomic.Uint32
+}
+
+func (w *watchedStream) RecvMsg(m any) error {
+	err := w.ServerStream.RecvMsg(m)
+	if err != nil && !errors.Is(err, io.EOF) {
+		w.recv.Store(uint32(code(err)) + 1)
+	}
+	return err
+}
+
+func (w *watchedStream) SendMsg(m any) error {
+	err := w.ServerStream.SendMsg(m)
+	switch {
+	case err != nil:
+		w.send.Store(uint32(code(err)) + 1)
+	case w.send.Load() != 0:
+		w.send.Store(0)
+	}
+	return err
+}
+
+// failedWith reports whether err, what the handler returned, passes on a
+// failure of RecvMsg or SendMsg: the error itself, wrapped, or remade
+// with a message of the handler's, as long as the code is the same. (A
+// handler that turns such a failure into another code of overload is
+// believed.)
+func (w *watchedStream) failedWith(err error) bool {
+	if err == nil {
+		return false
+	}
+	c := uint32(code(err)) + 1
+	return c == w.recv.Load() || c == w.send.Load()
 }
 
 // admitServer takes the permit of a call: the one WithEarlyRejection's tap
@@ -191,7 +258,7 @@ func (s *Server) admitServer(ctx context.Context, r *route) (limiter.Token, time
 // finishServer releases a server call's permit. A call that ended after its
 // deadline is overload only when the server's own time made it late: the
 // time since it arrived (queue and handler) exceeded lateFactor × the RTT
-// the limiter has seen its calls take. Otherwise the caller chose a
+// the limiter has seen its OK calls take. Otherwise the caller chose a
 // deadline too short for the work, or already expired, and the call is
 // Ignored without consulting the Classifier: a caller must not be able to
 // lower the limit that every caller shares. Streams live as long as their
