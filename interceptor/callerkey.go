@@ -227,22 +227,39 @@ func parseHop(s string) (netip.Addr, bool) {
 	return a.Unmap().WithZone(""), true
 }
 
-// MetadataKey returns a KeyFunc naming callers by the first value of the
-// request metadata header key, for a header whose value the server can
-// trust, such as an API key it checks, or a tenant set by an
-// authenticating proxy it runs. A header name is case-insensitive, like
-// all gRPC metadata keys. Calls without the header share one bucket.
+// MetadataKey returns a KeyFunc naming callers by the request metadata
+// header key, for a header whose value the server can trust, such as an
+// API key it checks, or a tenant set by an authenticating proxy it runs.
+// A header name is case-insensitive, like all gRPC metadata keys.
 //
-// Never use it for an address header such as X-Forwarded-For: its first
-// value is whatever the client wrote, so a client that changes it on every
-// call has no quota at all. Use an IPKey with TrustedProxies.
+// The last value of the header counts, and of a comma-separated value its
+// last element, spaces trimmed, as for WithPriorityHeader: a proxy that
+// appends its verdict to what the client sent, as a value of its own or
+// after a comma, names the caller, whatever the client wrote before it.
+// A proxy that replaces the header is read the same way. A "-bin" header
+// is not split at commas: its last value is the key, as bytes. Calls
+// without the header, or whose last element is empty, share one bucket.
+//
+// Never use it for an address header such as X-Forwarded-For: past your
+// proxies, its values are whatever the client wrote, so a client that
+// changes them on every call has no quota at all. Use an IPKey with
+// TrustedProxies.
 func MetadataKey(key string) KeyFunc {
+	key = strings.ToLower(key)
+	bin := strings.HasSuffix(key, "-bin")
 	return func(ctx context.Context, _ string) string {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get(key); len(v) > 0 {
-			return v[0]
+		v := metadata.ValueFromIncomingContext(ctx, key)
+		if len(v) == 0 {
+			return ""
 		}
-		return ""
+		last := v[len(v)-1]
+		if bin {
+			return last
+		}
+		if i := strings.LastIndexByte(last, ','); i >= 0 {
+			last = last[i+1:]
+		}
+		return strings.TrimSpace(last)
 	}
 }
 

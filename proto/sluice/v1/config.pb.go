@@ -297,9 +297,11 @@ type CallerLimit_PeerIdentity struct {
 }
 
 type CallerLimit_Metadata struct {
-	// By the first value of a metadata header (interceptor.MetadataKey).
-	// Only for a header the server itself checks, such as an API key:
-	// never for an address header a client can write.
+	// By a metadata header (interceptor.MetadataKey): its last value, and
+	// of a comma-separated value the last element, which is what a proxy
+	// that appends its own verdict wrote. Only for a header the server
+	// itself checks, such as an API key or a tenant set by a proxy it
+	// runs: never for an address header a client can write.
 	Metadata *MetadataKey `protobuf:"bytes,4,opt,name=metadata,proto3,oneof"`
 }
 
