@@ -3,8 +3,12 @@ package interceptor
 import (
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -50,6 +54,38 @@ func TestMetadataKeyAppendedByProxy(t *testing.T) {
 				}
 			}
 			require.Equal(t, 1, passed, "calls through a quota of 1")
+		})
+	}
+}
+
+// Attack on the retry-after of a very slow rate: the wait of a rate below
+// about 1e-10/s does not fit a time.Duration, and rounding it up to whole
+// milliseconds wrapped it negative: the trailer said "-1", do not retry,
+// which a client's retry policy obeys for good. The wait must be sent as
+// the longest the trailer carries.
+func TestSlowRateRetryAfter(t *testing.T) {
+	for _, rate := range []float64{1e-10, 1e-11, 1e-300} {
+		t.Run(strconv.FormatFloat(rate, 'g', -1, 64), func(t *testing.T) {
+			e := newEnv(t, &testpb.Service{}, envConfig{
+				server:   []Option{WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: rate, Burst: 1}})},
+				noClient: true,
+			})
+			_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+			require.NoError(t, err)
+			e.awaitRelease(t, "server")
+			var trailer metadata.MD
+			_, err = e.client.Unary(t.Context(), &testpb.UnaryRequest{}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+			e.awaitRejection(t, "server:rate")
+			assert.Equal(t, []string{"2147483647"}, trailer.Get(pushbackKey), "the longest wait the trailer carries")
+			var info *errdetails.RetryInfo
+			for _, d := range status.Convert(err).Details() {
+				if ri, ok := d.(*errdetails.RetryInfo); ok {
+					info = ri
+				}
+			}
+			require.NotNil(t, info)
+			assert.Equal(t, 2147483647*time.Millisecond, info.GetRetryDelay().AsDuration())
 		})
 	}
 }
