@@ -1,6 +1,8 @@
 package interceptor
 
 import (
+	"fmt"
+	"net/netip"
 	"strconv"
 	"testing"
 	"time"
@@ -86,6 +88,43 @@ func TestSlowRateRetryAfter(t *testing.T) {
 			}
 			require.NotNil(t, info)
 			assert.Equal(t, 2147483647*time.Millisecond, info.GetRetryDelay().AsDuration())
+		})
+	}
+}
+
+// The holder of an IPv6 /48, a site's usual allocation, sends each call
+// from another of its 65,536 /64s, through a trusted proxy. Keyed by /64,
+// the default, every call is a new caller; IPv6Prefix 48 gives the whole
+// site one quota.
+func TestIPv6PrefixQuota(t *testing.T) {
+	tests := []struct {
+		prefix int
+		want   int // calls through a quota of 1
+	}{
+		{0, 100}, // /64: one quota per call
+		{56, 1},
+		{48, 1},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("prefix %d", tt.prefix), func(t *testing.T) {
+			key, err := IPKey{IPv6Prefix: tt.prefix, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}.KeyFunc()
+			require.NoError(t, err)
+			e := newEnv(t, &testpb.Service{}, envConfig{
+				server:   []Option{WithCallerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1})},
+				noClient: true,
+			})
+			passed := 0
+			for i := range 100 {
+				ctx := metadata.AppendToOutgoingContext(t.Context(), "x-forwarded-for", fmt.Sprintf("2001:db8:7:%x::1", i))
+				_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+				if status.Code(err) == codes.OK {
+					passed++
+					e.awaitRelease(t, "server")
+				} else {
+					e.awaitRejection(t, "server:caller_rate")
+				}
+			}
+			assert.Equal(t, tt.want, passed, "calls through a quota of 1")
 		})
 	}
 }

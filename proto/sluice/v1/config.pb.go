@@ -318,7 +318,9 @@ type IpKey struct {
 	// 0: 32.
 	Ipv4Prefix int32 `protobuf:"varint,1,opt,name=ipv4_prefix,json=ipv4Prefix,proto3" json:"ipv4_prefix,omitempty"`
 	// How many leading bits of an IPv6 address name a caller, in [1, 128].
-	// 0: 64, as one host usually has a whole /64.
+	// 0: 64, as one host usually has a whole /64. The holder of a /48 (a
+	// site's usual allocation) then has 65,536 quotas: 48 or 56 gives it
+	// one or 256.
 	Ipv6Prefix int32 `protobuf:"varint,2,opt,name=ipv6_prefix,json=ipv6Prefix,proto3" json:"ipv6_prefix,omitempty"`
 	// The networks of the proxies in front of the server, in CIDR form
 	// ("10.0.0.0/8", "2001:db8::/32"). Empty: the header is not read.
