@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,4 +61,48 @@ func TestAttackLoopbackWithoutCredentials(t *testing.T) {
 	assert.Equal(t, codes.PermissionDenied, status.Code(err), "watch: %v", err)
 	assert.Equal(t, errNoAuthorizer, status.Convert(err).Message(), "the refusal says how to open the service")
 	assert.Len(t, rec.audit(), 4, "every refusal is logged")
+}
+
+// Attack: a caller with no right to the service floods it with refused
+// calls, each naming a limiter of a quarter megabyte: every refusal was
+// logged with the whole name, at the caller's pace. The log must stay
+// small: names cut, refusals throttled, the ones left out counted.
+func TestAttackRefusalLogFlood(t *testing.T) {
+	rec := &recorder{}
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	refuse := func(context.Context, string) (string, error) {
+		return "", status.Error(codes.PermissionDenied, "not an operator")
+	}
+	c := start(t, WithAuthorizer(refuse), WithLogger(slog.New(rec)), withClock(clock))
+	name := strings.Repeat("a", 256<<10)
+	const calls = 100
+	for range calls {
+		_, err := c.SetOverride(t.Context(), &sluicev1.SetOverrideRequest{Name: name, Limit: 0, Ttl: durationpb.New(time.Hour)})
+		require.Equal(t, codes.PermissionDenied, status.Code(err))
+	}
+	got := rec.audit()
+	size := 0
+	for _, l := range got {
+		size += len(l.Attrs["limiter"])
+	}
+	require.Len(t, got, refusalLogBurst, "refusals logged in one interval; %d bytes of names", size)
+	for _, l := range got {
+		assert.Equal(t, `"`+strings.Repeat("a", maxLoggedName)+`"...`, l.Attrs["limiter"])
+		assert.Equal(t, "262144", l.Attrs["limiter_bytes"])
+		assert.NotContains(t, l.Attrs, "suppressed")
+	}
+
+	mu.Lock()
+	now = now.Add(refusalLogInterval)
+	mu.Unlock()
+	_, err := c.ClearOverride(t.Context(), &sluicev1.ClearOverrideRequest{Name: "x\ny"})
+	require.Equal(t, codes.PermissionDenied, status.Code(err))
+	got = rec.audit()
+	require.Len(t, got, refusalLogBurst+1, "the next interval logs again")
+	last := got[len(got)-1]
+	assert.Equal(t, `"x\ny"`, last.Attrs["limiter"], "a name that is not plain text is quoted")
+	assert.NotContains(t, last.Attrs, "limiter_bytes")
+	assert.Equal(t, "90", last.Attrs["suppressed"], "and counts what it left out")
 }

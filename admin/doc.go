@@ -21,8 +21,9 @@
 //	sluicev1.RegisterLimitsServiceServer(adminServer, svc)
 //
 // Every override and clear is logged with log/slog (WithLogger), naming
-// the caller, the limiter, the limit and how long it holds; so is every
-// refused call. Watch streams are bounded in number (WithMaxWatches) and
+// the caller, the limiter, the limit and how long it holds; so are
+// refused calls, at most 10 a second with a count of those left out, and
+// a limiter name a caller sent is cut to 128 bytes. Watch streams are bounded in number (WithMaxWatches) and
 // lifetime (WithWatchLifetime). sluice never limits the service (it is in
 // interceptor.DefaultExempt).
 package admin

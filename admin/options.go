@@ -72,11 +72,23 @@ func WithUnixSocketPeers() Option {
 }
 
 // WithLogger sets where the audit log goes: every override and clear,
-// with who made it, and every refused call (at Info and Warn; lists and
+// with who made it, and refused calls (at Info and Warn; lists and
 // watches at Debug). nil, the default, means slog.Default() at the time of
 // each call.
+//
+// Refused calls come at the pace of whoever is refused, so at most 10 are
+// logged a second; the next one logged says in "suppressed" how many were
+// left out before it. A limiter name is logged as it is if it is plain
+// text of at most 128 bytes; otherwise it is quoted in Go syntax and cut
+// to 128 bytes, followed by "..." and its length in "limiter_bytes", so
+// that no caller can write megabytes or forged lines into the log.
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Service) { s.log = l }
+}
+
+// withClock sets the clock of the refusal log's throttle, for tests.
+func withClock(now func() time.Time) Option {
+	return func(s *Service) { s.now = now }
 }
 
 // WithMaxWatches bounds how many WatchLimits streams may be open at once

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,6 +47,8 @@ type Service struct {
 	watchLifetime time.Duration
 	watches       atomic.Int64 // open WatchLimits streams
 	errs          []error      // from the options
+	refusals      refusalLog
+	now           func() time.Time // the refusal log's clock; nil: time.Now
 }
 
 // NewService returns the admin service of limits. It refuses to create a
@@ -94,10 +99,87 @@ func (s *Service) authorize(ctx context.Context, method string, attrs ...slog.At
 		}
 		return caller, nil
 	}
+	log, suppressed := s.refusalLog().allow(s.clock())
+	if !log {
+		return "", err
+	}
 	attrs = append([]slog.Attr{slog.String("method", full), slog.String("peer", peerAddr(ctx))}, attrs...)
 	attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
+	}
 	s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: call refused", attrs...)
 	return "", err
+}
+
+// Bounds of the log of refused calls (see WithLogger).
+const (
+	refusalLogBurst    = 10          // lines per interval
+	refusalLogInterval = time.Second //
+	maxLoggedName      = 128         // bytes of a limiter name
+)
+
+// nilRefusals throttles the refusals of a nil *Service.
+var nilRefusals refusalLog
+
+func (s *Service) refusalLog() *refusalLog {
+	if s == nil {
+		return &nilRefusals
+	}
+	return &s.refusals
+}
+
+func (s *Service) clock() time.Time {
+	if s != nil && s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// refusalLog throttles the log of refused calls to refusalLogBurst lines
+// per refusalLogInterval: refusals come at the pace of whoever is refused.
+type refusalLog struct {
+	mu         sync.Mutex
+	start      time.Time // of the current interval
+	logged     int       // lines in the current interval
+	suppressed int       // refusals left out since the last line
+}
+
+// allow reports whether a refusal at now is logged and, if so, how many
+// were left out before it.
+func (r *refusalLog) allow(now time.Time) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d := now.Sub(r.start); d >= refusalLogInterval || d < 0 {
+		r.start, r.logged = now, 0
+	}
+	if r.logged == refusalLogBurst {
+		r.suppressed++
+		return false, 0
+	}
+	r.logged++
+	n := r.suppressed
+	r.suppressed = 0
+	return true, n
+}
+
+// nameAttrs are the log attributes of a limiter name a caller sent: the
+// name as it is if it is plain text of at most maxLoggedName bytes, else
+// quoted and cut, with its length if it was cut.
+func nameAttrs(name string) []slog.Attr {
+	plain := len(name) <= maxLoggedName && utf8.ValidString(name) &&
+		!strings.ContainsFunc(name, func(r rune) bool { return r == '"' || r == '\\' || !strconv.IsGraphic(r) })
+	if plain {
+		return []slog.Attr{slog.String("limiter", name)}
+	}
+	if len(name) <= maxLoggedName {
+		return []slog.Attr{slog.String("limiter", strconv.Quote(name))}
+	}
+	i := maxLoggedName
+	for i > 0 && !utf8.RuneStart(name[i]) {
+		i--
+	}
+	return []slog.Attr{slog.String("limiter", strconv.Quote(name[:i])+"..."), slog.Int("limiter_bytes", len(name))}
 }
 
 // admit asks each Authorizer in turn; the first to admit the caller wins.
@@ -210,7 +292,7 @@ func sameFigures(a, b interceptor.LimiterState) bool {
 // SetOverride implements sluicev1.LimitsServiceServer. Every attempt is
 // logged with the caller.
 func (s *Service) SetOverride(ctx context.Context, req *sluicev1.SetOverrideRequest) (*sluicev1.SetOverrideResponse, error) {
-	attrs := []slog.Attr{slog.String("limiter", req.GetName()), slog.Int64("limit", int64(req.GetLimit())), slog.Duration("ttl", req.GetTtl().AsDuration())}
+	attrs := append(nameAttrs(req.GetName()), slog.Int64("limit", int64(req.GetLimit())), slog.Duration("ttl", req.GetTtl().AsDuration()))
 	caller, err := s.authorize(ctx, "SetOverride", attrs...)
 	if err != nil {
 		return nil, err
@@ -245,7 +327,7 @@ func (s *Service) setOverride(req *sluicev1.SetOverrideRequest) error {
 // ClearOverride implements sluicev1.LimitsServiceServer. Every attempt is
 // logged with the caller.
 func (s *Service) ClearOverride(ctx context.Context, req *sluicev1.ClearOverrideRequest) (*sluicev1.ClearOverrideResponse, error) {
-	attrs := []slog.Attr{slog.String("limiter", req.GetName())}
+	attrs := nameAttrs(req.GetName())
 	caller, err := s.authorize(ctx, "ClearOverride", attrs...)
 	if err != nil {
 		return nil, err
@@ -267,7 +349,7 @@ func (s *Service) ClearOverride(ctx context.Context, req *sluicev1.ClearOverride
 // SetDryRun implements sluicev1.LimitsServiceServer: it switches a
 // limiter in or out of a dry run. Every attempt is logged with the caller.
 func (s *Service) SetDryRun(ctx context.Context, req *sluicev1.SetDryRunRequest) (*sluicev1.SetDryRunResponse, error) {
-	attrs := []slog.Attr{slog.String("limiter", req.GetName()), slog.Bool("dry_run", req.GetDryRun())}
+	attrs := append(nameAttrs(req.GetName()), slog.Bool("dry_run", req.GetDryRun()))
 	caller, err := s.authorize(ctx, "SetDryRun", attrs...)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 
 // Default prefix lengths of IPKey. One host has one IPv4 address, but is
 // usually given a whole IPv6 /64: keyed by full address, one host would
-// be 2^64 callers.
+// be 2^64 callers. A site usually holds a /48, 65,536 /64s: see IPKey.
 const (
 	defaultIPv4Prefix = 32
 	defaultIPv6Prefix = 64
@@ -40,9 +40,15 @@ const defaultForwardedHeader = "x-forwarded-for"
 type IPKey struct {
 	// IPv4Prefix and IPv6Prefix are how many leading bits of an address
 	// name a caller: addresses that share them share a quota. 0 means
-	// /32 and /64; otherwise they must be in
-	// [1, 32] and [1, 128]. An IPv4-mapped IPv6 address (::ffff:a.b.c.d)
-	// counts as IPv4.
+	// /32 and /64; otherwise they must be in [1, 32] and [1, 128], or
+	// KeyFunc returns an error. An IPv4-mapped IPv6 address
+	// (::ffff:a.b.c.d) counts as IPv4.
+	//
+	// A /64 is one host or one home network, but whoever holds more
+	// gets more quotas: a site's usual /48 is 65,536 /64s, so 65,536
+	// quotas at the default, and a provider's /32 is 2^32 of them. Where
+	// that is too generous, choose 56 or 48: each shorter prefix puts more
+	// honest callers (the hosts of one site) in one quota.
 	IPv4Prefix, IPv6Prefix int
 	// TrustedProxies are the networks of the proxies in front of the
 	// server, for example netip.MustParsePrefix("10.0.0.0/8"). Empty: no
@@ -114,8 +120,9 @@ func (k IPKey) withDefaults() IPKey {
 var defaultIPKey = IPKey{}.withDefaults()
 
 // PeerIP is a KeyFunc naming callers by the IP address of the connection:
-// the whole address for IPv4, its /64 for IPv6 (see IPKey). Behind a proxy
-// every call has the proxy's address: use an IPKey with TrustedProxies.
+// the whole address for IPv4, its /64 for IPv6, so the holder of a /48 has
+// 65,536 quotas (see IPKey to choose the prefix). Behind a proxy every
+// call has the proxy's address: use an IPKey with TrustedProxies.
 func PeerIP(ctx context.Context, fullMethod string) string {
 	return defaultIPKey.key(ctx, fullMethod)
 }
@@ -227,22 +234,39 @@ func parseHop(s string) (netip.Addr, bool) {
 	return a.Unmap().WithZone(""), true
 }
 
-// MetadataKey returns a KeyFunc naming callers by the first value of the
-// request metadata header key, for a header whose value the server can
-// trust, such as an API key it checks, or a tenant set by an
-// authenticating proxy it runs. A header name is case-insensitive, like
-// all gRPC metadata keys. Calls without the header share one bucket.
+// MetadataKey returns a KeyFunc naming callers by the request metadata
+// header key, for a header whose value the server can trust, such as an
+// API key it checks, or a tenant set by an authenticating proxy it runs.
+// A header name is case-insensitive, like all gRPC metadata keys.
 //
-// Never use it for an address header such as X-Forwarded-For: its first
-// value is whatever the client wrote, so a client that changes it on every
-// call has no quota at all. Use an IPKey with TrustedProxies.
+// The last value of the header counts, and of a comma-separated value its
+// last element, spaces trimmed, as for WithPriorityHeader: a proxy that
+// appends its verdict to what the client sent, as a value of its own or
+// after a comma, names the caller, whatever the client wrote before it.
+// A proxy that replaces the header is read the same way. A "-bin" header
+// is not split at commas: its last value is the key, as bytes. Calls
+// without the header, or whose last element is empty, share one bucket.
+//
+// Never use it for an address header such as X-Forwarded-For: past your
+// proxies, its values are whatever the client wrote, so a client that
+// changes them on every call has no quota at all. Use an IPKey with
+// TrustedProxies.
 func MetadataKey(key string) KeyFunc {
+	key = strings.ToLower(key)
+	bin := strings.HasSuffix(key, "-bin")
 	return func(ctx context.Context, _ string) string {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get(key); len(v) > 0 {
-			return v[0]
+		v := metadata.ValueFromIncomingContext(ctx, key)
+		if len(v) == 0 {
+			return ""
 		}
-		return ""
+		last := v[len(v)-1]
+		if bin {
+			return last
+		}
+		if i := strings.LastIndexByte(last, ','); i >= 0 {
+			last = last[i+1:]
+		}
+		return strings.TrimSpace(last)
 	}
 }
 

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -28,7 +30,7 @@ import (
 // else is set in code. testdata/config/example.json sets every field.
 // Unknown fields are rejected, and so is every out-of-range value, by the
 // same checks NewServer applies to options (see ConfigOptions): the error
-// is a *ConfigError naming the file and listing every problem.
+// is a *ConfigError naming the file and listing its problems.
 //
 //	opts, err := interceptor.LoadConfig("sluice.json")
 //	...
@@ -42,7 +44,11 @@ import (
 // came from a file are not part of that base: the reloaded file replaces
 // them whole, so an entry deleted from the file is gone after a reload.
 //
-// A file larger than 1 MiB is refused without being read whole.
+// The path must name a regular file (or a symbolic link to one) of at
+// most 1 MiB, hundreds of times the size of a real configuration: a larger
+// file is refused without being read whole, and a FIFO, a device or a
+// directory without being opened, so that a wrong path can neither
+// exhaust memory nor block the caller.
 func LoadConfig(path string) ([]Option, error) {
 	data, err := readConfigFile(path)
 	if err != nil {
@@ -57,14 +63,28 @@ func LoadConfig(path string) ([]Option, error) {
 // memory.
 const maxConfigSize = 1 << 20
 
-// readConfigFile reads the file at path, refusing one larger than
-// maxConfigSize.
+// readConfigFile reads the file at path, refusing one that is not a
+// regular file or is larger than maxConfigSize.
 func readConfigFile(path string) ([]byte, error) {
+	// Opening a FIFO blocks until a writer comes, so the type is checked
+	// before the open, and again on the file opened, in case path changed.
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("interceptor: reading config: %w", err)
+	}
+	if err := checkConfigMode(path, fi.Mode()); err != nil {
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: reading config: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("interceptor: reading config: %w", err)
+	} else if err := checkConfigMode(path, fi.Mode()); err != nil {
+		return nil, err
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: reading config: %w", err)
@@ -77,6 +97,25 @@ func readConfigFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("interceptor: config %s is %s bytes, more than the limit of %d bytes", path, size, maxConfigSize)
 	}
 	return data, nil
+}
+
+// checkConfigMode refuses a config path that is not a regular file.
+func checkConfigMode(path string, m fs.FileMode) error {
+	if m.IsRegular() {
+		return nil
+	}
+	what := "not a regular file"
+	switch {
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		what = "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	case m&fs.ModeDevice != 0:
+		what = "a device"
+	}
+	return fmt.Errorf("interceptor: config %s is %s: name a regular file", path, what)
 }
 
 // ParseConfig is LoadConfig for a configuration already in memory, the
@@ -93,7 +132,8 @@ func cfgParse(data []byte, file string) ([]Option, error) {
 		if file != "" {
 			where += " " + file
 		}
-		return nil, fmt.Errorf("interceptor: %s: %w", where, err)
+		// The message quotes the offending token, which may be the file.
+		return nil, &cutError{msg: "interceptor: " + where + ": " + cfgCut(err.Error()), err: err}
 	}
 	opts, err := ConfigOptions(&pb)
 	if ce := (*ConfigError)(nil); errors.As(err, &ce) {
@@ -102,12 +142,23 @@ func cfgParse(data []byte, file string) ([]Option, error) {
 	return opts, err
 }
 
+// cutError is err with a message of bounded length.
+type cutError struct {
+	msg string
+	err error
+}
+
+func (e *cutError) Error() string { return e.msg }
+func (e *cutError) Unwrap() error { return e.err }
+
 // ConfigOptions validates c and returns the options it describes: a
 // WithDefault option if c sets a default, then one WithMethod option per
 // name of each entry, in order, then the caller limit, the priority
 // header and the dry run if c sets them. A nil c describes no options.
-// The error, if any, is a *ConfigError listing every problem, each named
-// by its path in c ("methods[2].limit.aimd.backoff_ratio").
+// The error, if any, is a *ConfigError listing the problems, each named
+// by its path in c ("methods[2].limit.aimd.backoff_ratio"): all of them,
+// or past 20 the first 20 and the number of the others. Validation takes
+// time linear in the size of c.
 //
 // The values of each algorithm and queue are checked by package limiter,
 // exactly as NewServer checks a Limit built in code; a value left 0 takes
@@ -152,9 +203,9 @@ func ConfigOptions(c *sluicev1.Config) ([]Option, error) {
 		}
 	}
 	if cl := c.GetCallerLimit(); cl != nil {
-		n := len(ps.list)
+		n := ps.n
 		cfgCheckCallerLimit(&ps, "caller_limit", cl)
-		if len(ps.list) == n {
+		if ps.n == n {
 			r := cl.GetRateLimit()
 			opts = append(opts, WithCallerRateLimit(cfgKeyFunc(cl), RateLimit{PerSecond: r.GetPerSecond(), Burst: int(r.GetBurst())}))
 			if n := cl.GetMaxCallers(); n != 0 {
@@ -201,13 +252,26 @@ func cfgKeyFunc(cl *sluicev1.CallerLimit) KeyFunc {
 	return nil // checked: WithCallerRateLimit reports it
 }
 
-// A ConfigError reports every problem of a configuration at once.
+// A ConfigError reports the problems of a configuration at once: all of
+// them, or if there are more than 20, the first 20 and how many others.
+// One bad edit is fixed from its first errors, and a configuration of
+// thousands of bad entries gets an error of bounded size.
 type ConfigError struct {
 	// File is the configuration file, if the configuration came from one.
 	File string
-	// Problems lists the problems in the order of the configuration.
+	// Problems lists the problems in the order of the configuration, at
+	// most 20 of them.
 	Problems []ConfigProblem
+	// More counts the problems found after those in Problems.
+	More int
 }
+
+// maxConfigProblems is how many problems a ConfigError lists.
+const maxConfigProblems = 20
+
+// maxProblemMessage is the longest ConfigProblem.Message, in bytes: a
+// message may quote a value of the configuration, of any length.
+const maxProblemMessage = 256
 
 // A ConfigProblem is one invalid field of a configuration.
 type ConfigProblem struct {
@@ -215,57 +279,93 @@ type ConfigProblem struct {
 	// "methods[2].limit.aimd.backoff_ratio".
 	Path string
 	// Message says what is wrong and what is allowed: "1.2 is not in
-	// [0.5, 1)".
+	// [0.5, 1)". A message longer than 256 bytes is cut and ends in
+	// "...".
 	Message string
 }
 
 func (p ConfigProblem) String() string { return p.Path + ": " + p.Message }
 
 // Error names the file, if any, and the problem, or the number of
-// problems and then each on a line of its own:
+// problems and then each listed on a line of its own, and the number of
+// those not listed:
 //
 //	interceptor: invalid config sluice.json: methods[0].name[0]: service is empty
 //
 //	interceptor: invalid config: 2 problems:
 //		default.fixed.limit: 0 is not in [1, 1048576]
 //		methods[1].limit.queue.size: -1 is not in [0, 1048576]
+//
+//	interceptor: invalid config: 5000 problems, the first 20:
+//		methods[0].name: is empty: name at least one service, or a service and a method
+//		...
+//		methods[19].name: is empty: name at least one service, or a service and a method
+//		... and 4980 more
 func (e *ConfigError) Error() string {
 	var b strings.Builder
 	b.WriteString("interceptor: invalid config")
 	if e.File != "" {
 		b.WriteString(" " + e.File)
 	}
-	if len(e.Problems) == 1 {
+	if len(e.Problems) == 1 && e.More == 0 {
 		b.WriteString(": " + e.Problems[0].String())
 		return b.String()
 	}
-	fmt.Fprintf(&b, ": %d problems:", len(e.Problems))
+	fmt.Fprintf(&b, ": %d problems", len(e.Problems)+e.More)
+	if e.More > 0 {
+		fmt.Fprintf(&b, ", the first %d", len(e.Problems))
+	}
+	b.WriteString(":")
 	for _, p := range e.Problems {
 		b.WriteString("\n\t" + p.String())
+	}
+	if e.More > 0 {
+		fmt.Fprintf(&b, "\n\t... and %d more", e.More)
 	}
 	return b.String()
 }
 
-// cfgProblems collects ConfigProblems.
+// cfgProblems collects ConfigProblems: the first maxConfigProblems, and
+// the count of all.
 type cfgProblems struct {
-	list []ConfigProblem
+	list  []ConfigProblem
+	paths map[string]bool // the path of every problem, kept or not
+	n     int             // problems found, kept or not
 }
 
 // add records a problem of path, unless path has one already.
 func (ps *cfgProblems) add(path, format string, args ...any) {
-	for _, p := range ps.list {
-		if p.Path == path {
-			return
-		}
+	if ps.paths[path] {
+		return
 	}
-	ps.list = append(ps.list, ConfigProblem{Path: path, Message: fmt.Sprintf(format, args...)})
+	if ps.paths == nil {
+		ps.paths = map[string]bool{}
+	}
+	ps.paths[path] = true
+	ps.n++
+	if len(ps.list) < maxConfigProblems {
+		ps.list = append(ps.list, ConfigProblem{Path: path, Message: cfgCut(fmt.Sprintf(format, args...))})
+	}
+}
+
+// cfgCut cuts s to maxProblemMessage bytes, at a character boundary.
+func cfgCut(s string) string {
+	if len(s) <= maxProblemMessage {
+		return s
+	}
+	const more = "..."
+	i := maxProblemMessage - len(more)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + more
 }
 
 func (ps *cfgProblems) err() error {
-	if len(ps.list) == 0 {
+	if ps.n == 0 {
 		return nil
 	}
-	return &ConfigError{Problems: ps.list}
+	return &ConfigError{Problems: ps.list, More: ps.n - len(ps.list)}
 }
 
 // cfgLimit converts l to a Limit and adds its problems to ps; nil is the

@@ -30,7 +30,8 @@
 // checked before the adaptive concurrency limit, and WithCallerRateLimit
 // gives each caller a quota of its own, checked first. Name callers by
 // something they cannot forge: PeerIdentity (the verified mTLS
-// certificate), PeerIP (IPv6 by /64), an IPKey that believes
+// certificate), PeerIP (IPv6 by /64: the holder of a /48 has 65,536
+// quotas; an IPKey chooses the prefix), an IPKey that believes
 // X-Forwarded-For only as far as your own proxies wrote it, or MetadataKey
 // for a header the server checks itself (an API key). Calls over a rate
 // get RESOURCE_EXHAUSTED with the exact wait in the grpc-retry-pushback-ms
@@ -75,8 +76,10 @@
 //
 // LoadConfig reads limits from a JSON file, the protobuf JSON form of
 // sluice.v1.Config (proto/sluice/v1/config.proto), and returns the
-// Options it describes; every problem is reported at once with its field
-// path. testdata/config/example.json shows every setting.
+// Options it describes; the problems are reported at once with their
+// field paths (past 20, the first 20 and a count of the others). The file
+// must be a regular file of at most 1 MiB. testdata/config/example.json
+// shows every setting.
 //
 // # Reloading
 //

@@ -26,7 +26,10 @@ import (
 // call over its rate costs no permit.
 type RateLimit struct {
 	// PerSecond is the sustained rate in calls per second; 0 turns the
-	// rate limit off.
+	// rate limit off. A rejected call is told when to retry in whole
+	// milliseconds of an int32 (gRFC A6): a wait longer than that, about
+	// 24.8 days, as at rates below one call in 24.8 days, is sent as
+	// 24.8 days.
 	PerSecond float64
 	// Burst is how many calls a full bucket admits at once; 0 means one
 	// second's worth, max(1, PerSecond).
@@ -255,12 +258,20 @@ func takeRates(ctx context.Context, cl *callerLimit, fullMethod string, bucket *
 	return ch, rateRefusal{}, true
 }
 
+// maxRetryAfter is the longest wait the pushback trailer can carry: gRFC
+// A6 sends it as an int32 of milliseconds, about 24.8 days.
+const maxRetryAfter = maxPushbackMillis * time.Millisecond
+
 // rateReject builds the rejection of a call over a rate: the pushback is
 // the exact wait, rounded up to whole milliseconds so that a client that
-// honours it is not early, and a RetryInfo detail says the same.
+// honours it is not early, and a RetryInfo detail says the same. A wait
+// longer than maxRetryAfter (a rate below about one call in 24.8 days) is
+// sent as maxRetryAfter: rounding it up used to wrap it negative, which
+// the trailer reads as "do not retry". A negative wait, which only a
+// CallerLimiter of the user's could return, is sent as 0.
 func (c *core) rateReject(ctx context.Context, r *route, reason string, after time.Duration, what string) *rejection {
 	c.rejectedFor(ctx, r, reason)
-	after = after.Round(0)
+	after = min(max(after, 0), maxRetryAfter)
 	if rem := after % time.Millisecond; rem != 0 {
 		after += time.Millisecond - rem
 	}

@@ -140,11 +140,29 @@ func TestPeerIP(t *testing.T) {
 }
 
 func TestMetadataKey(t *testing.T) {
-	key := MetadataKey("X-Tenant")
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-tenant", "acme", "x-tenant", "other"))
-	assert.Equal(t, "acme", key(ctx, unaryMethod), "the first value counts")
-	assert.Empty(t, key(context.Background(), unaryMethod), "no metadata")
-	assert.Empty(t, key(metadata.NewIncomingContext(context.Background(), metadata.MD{}), unaryMethod))
+	in := func(kv ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	tests := []struct {
+		name string
+		key  string
+		ctx  context.Context
+		want string
+	}{
+		{"one value", "X-Tenant", in("x-tenant", "acme"), "acme"},
+		{"the last value counts", "X-Tenant", in("x-tenant", "client", "x-tenant", "acme"), "acme"},
+		{"the last element counts", "x-tenant", in("x-tenant", "client,proxy, acme "), "acme"},
+		{"an empty last element is no key", "x-tenant", in("x-tenant", "acme,"), ""},
+		{"binary values are not split", "x-key-bin", in("x-key-bin", "a,b", "x-key-bin", "c,d"), "c,d"},
+		{"other headers", "x-tenant", in("x-other", "acme"), ""},
+		{"no metadata", "x-tenant", context.Background(), ""},
+		{"empty metadata", "x-tenant", metadata.NewIncomingContext(context.Background(), metadata.MD{}), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, MetadataKey(tt.key)(tt.ctx, unaryMethod))
+		})
+	}
 }
 
 func TestRateLimitErrors(t *testing.T) {

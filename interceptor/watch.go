@@ -18,8 +18,8 @@ type Reloader interface {
 // contents change, reloads r with the options it describes followed by
 // extra (settings a file cannot express, such as WithClassifier). Reload
 // layers them over the options r was built with: what the file does not
-// set stays as built. A file that cannot be read, is larger than
-// 1 MiB or is invalid changes nothing: the error goes to onError
+// set stays as built. A file that cannot be read, is not a regular
+// file, is larger than 1 MiB or is invalid changes nothing: the error goes to onError
 // (log.Printf when nil) and the running configuration stays until a good
 // file appears. The file's contents when WatchConfig starts are taken as
 // already applied. It returns ctx's error when ctx is done, or an error at

@@ -297,9 +297,11 @@ type CallerLimit_PeerIdentity struct {
 }
 
 type CallerLimit_Metadata struct {
-	// By the first value of a metadata header (interceptor.MetadataKey).
-	// Only for a header the server itself checks, such as an API key:
-	// never for an address header a client can write.
+	// By a metadata header (interceptor.MetadataKey): its last value, and
+	// of a comma-separated value the last element, which is what a proxy
+	// that appends its own verdict wrote. Only for a header the server
+	// itself checks, such as an API key or a tenant set by a proxy it
+	// runs: never for an address header a client can write.
 	Metadata *MetadataKey `protobuf:"bytes,4,opt,name=metadata,proto3,oneof"`
 }
 
@@ -316,7 +318,9 @@ type IpKey struct {
 	// 0: 32.
 	Ipv4Prefix int32 `protobuf:"varint,1,opt,name=ipv4_prefix,json=ipv4Prefix,proto3" json:"ipv4_prefix,omitempty"`
 	// How many leading bits of an IPv6 address name a caller, in [1, 128].
-	// 0: 64, as one host usually has a whole /64.
+	// 0: 64, as one host usually has a whole /64. The holder of a /48 (a
+	// site's usual allocation) then has 65,536 quotas: 48 or 56 gives it
+	// one or 256.
 	Ipv6Prefix int32 `protobuf:"varint,2,opt,name=ipv6_prefix,json=ipv6Prefix,proto3" json:"ipv6_prefix,omitempty"`
 	// The networks of the proxies in front of the server, in CIDR form
 	// ("10.0.0.0/8", "2001:db8::/32"). Empty: the header is not read.

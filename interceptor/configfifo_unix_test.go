@@ -1,0 +1,95 @@
+//go:build unix
+
+package interceptor
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Attack: a config path that is a FIFO blocked LoadConfig, and the
+// watcher, until something wrote to it, that is forever. A path that is
+// not a regular file is refused without being opened.
+func TestLoadConfigNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.json")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	sock := filepath.Join(dir, "sock.json")
+	lis, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer lis.Close()
+	link := filepath.Join(dir, "link.json")
+	require.NoError(t, os.Symlink(fifo, link))
+
+	tests := []struct {
+		name, path, is string
+	}{
+		{"fifo", fifo, "a named pipe (FIFO)"},
+		{"symlink to a fifo", link, "a named pipe (FIFO)"},
+		{"socket", sock, "a socket"},
+		{"directory", dir, "a directory"},
+		{"device", "/dev/null", "a device"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { _, err := LoadConfig(tt.path); done <- err }()
+			select {
+			case err := <-done:
+				require.Error(t, err)
+				assert.Equal(t, "interceptor: config "+tt.path+" is "+tt.is+": name a regular file", err.Error())
+			case <-time.After(10 * time.Second):
+				// Let the blocked open return, so that the test ends.
+				if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					f.Close()
+				}
+				<-done
+				require.FailNow(t, "LoadConfig blocked on "+tt.path)
+			}
+		})
+	}
+}
+
+// WatchConfig reports a path that became a FIFO and goes on polling.
+func TestWatchConfigFIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "sluice.json")
+		require.NoError(t, os.WriteFile(path, []byte(`{"default": {"fixed": {"limit": 3}}}`), 0o600))
+		opts, err := LoadConfig(path)
+		require.NoError(t, err)
+		s, err := NewServer(opts...)
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, s.Close()) }()
+
+		var mu sync.Mutex
+		var errList []error
+		onError := func(err error) { mu.Lock(); defer mu.Unlock(); errList = append(errList, err) }
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- WatchConfig(ctx, path, time.Second, s, onError) }()
+		synctest.Wait()
+
+		require.NoError(t, os.Remove(path))
+		require.NoError(t, syscall.Mkfifo(path, 0o600))
+		time.Sleep(time.Second) // fake time: one poll
+		synctest.Wait()
+		mu.Lock()
+		require.Len(t, errList, 1)
+		assert.Equal(t, "interceptor: config "+path+" is a named pipe (FIFO): name a regular file", errList[0].Error())
+		mu.Unlock()
+		assert.Equal(t, 3, gateOf(s.core, unaryMethod).lim.Limit(), "the running configuration stays")
+
+		cancel()
+		assert.ErrorIs(t, <-done, context.Canceled)
+	})
+}
