@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,5 +127,45 @@ func TestAttackRefundFlood(t *testing.T) {
 	assert.Zero(t, l.downUntil.Load(), "Redis answered every decision in time")
 	// The first call; 5 admitted and refunded (2 each); 4 admitted and
 	// charged; one denial, remembered.
-	assert.LessOrEqual(t, n.n.Load(), int64(1+2*5+4+1))
+	assert.Equal(t, int64(1+2*5+4+1), n.n.Load())
+}
+
+// TestAttackConcurrentFloodAtTheWindow: the flood comes from many
+// goroutines at once, as from many streams. When the remembered denial
+// runs out, the one call Redis may now admit asks it; the others must not
+// all ask at once, but be denied until the next window, as Redis would.
+func TestAttackConcurrentFloodAtTheWindow(t *testing.T) {
+	s := startRedis(t)
+	c, n := countedClient(t, s)
+	l, err := New(c, 10, 1)
+	require.NoError(t, err)
+	clk := &stepClock{}
+	clk.us.Store(redisNow(t, c))
+	l.now = clk.now
+
+	require.True(t, allow(t, l, "attacker").Allowed)
+	require.False(t, allow(t, l, "attacker").Allowed)
+	const windows, flooders, flood = 10, 8, 50
+	var admitted atomic.Int64
+	for range windows {
+		clk.Step(100 * time.Millisecond)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range flooders {
+			wg.Go(func() {
+				<-start
+				for range flood {
+					d, err := l.Allow("attacker")
+					if assert.NoError(t, err) && d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	assert.Equal(t, int64(windows), admitted.Load(), "one call per window, as the quota allows")
+	t.Logf("%d calls from %d goroutines over %d windows: %d scripts run by Redis", 2+windows*flooders*flood, flooders, windows, n.n.Load())
+	assert.LessOrEqual(t, n.n.Load(), int64(2+windows), "one call per window asks Redis")
 }

@@ -427,7 +427,7 @@ func (l *Limiter) AllowContext(ctx context.Context, key string) (ratelimit.Decis
 		return ratelimit.Decision{}, ratelimit.ErrEmptyKey
 	}
 	now := l.nanos()
-	if wait := l.mem.deniedFor(key, now); wait > 0 {
+	if wait := l.mem.deniedFor(key, now, l.interval*1000, l.window*1000); wait > 0 {
 		l.count(SourceRedis, false)
 		return ratelimit.Decision{RetryAfter: time.Duration(wait)}, nil
 	}

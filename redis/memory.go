@@ -37,7 +37,7 @@ type memoryShard struct {
 // memo is one caller's entry. Times are ns on the Limiter's local clock.
 type memo struct {
 	// denied is when Redis will admit the caller's next call: until then,
-	// every call of it is denied without asking.
+	// every call of it is denied without asking. 0 if Redis denied none.
 	denied int64
 	// refunds is the theoretical arrival time of the caller's refunds,
 	// kept to the quota's own rate and burst (see Limiter.Refund).
@@ -62,20 +62,35 @@ func (m *memory) shard(key string) (uint64, *memoryShard) {
 }
 
 // deniedFor returns how long, at now, the caller of key is still denied
-// by a denial Redis gave; 0 if it is not.
-func (m *memory) deniedFor(key string, now int64) int64 {
+// by a denial Redis gave; 0 if Redis is to be asked.
+//
+// In the first interval (ns) after a denial ends, Redis admits one call
+// of the caller, and denies the others until its next: the call that
+// finds the denial ended asks Redis, and the denial is moved on for the
+// others, which need not ask. Concurrent calls of a caller thus cost
+// Redis one round trip per interval, not one each. Should Redis deny
+// that call after all (another replica took the interval), its answer
+// replaces the guess.
+func (m *memory) deniedFor(key string, now, interval, window int64) int64 {
 	h, s := m.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.m[h]
-	if !ok {
+	switch {
+	case !ok:
 		return 0
-	}
-	if e.until() <= now {
+	case now < e.denied:
+		return e.denied - now
+	case e.denied != 0 && now < e.denied+interval:
+		// The GCRA after one admission at now. With a burst of 1 the
+		// key's TAT has passed, so the next interval counts from now.
+		e.denied = max(e.denied+interval, now+2*interval-window)
+		s.m[h] = e
+		return 0
+	case e.refunds <= now:
 		delete(s.m, h) // spent: the table follows the callers it still stops
-		return 0
 	}
-	return max(0, e.denied-now)
+	return 0
 }
 
 // deny remembers that Redis denies the caller of key until until.
