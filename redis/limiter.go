@@ -55,7 +55,7 @@ const (
 
 // Sources of a decision, the "source" attribute of the decisions metric.
 const (
-	SourceRedis      = "redis"       // decided by Redis
+	SourceRedis      = "redis"       // decided by Redis, or a denial of Redis remembered
 	SourceFallback   = "fallback"    // Redis failed: decided by the local fallback limiter
 	SourceFailOpen   = "fail_open"   // Redis failed: allowed by WithFailOpen
 	SourceFailClosed = "fail_closed" // Redis failed: rejected by WithFailClosed
@@ -413,10 +413,12 @@ func (l *Limiter) Allow(key string) (ratelimit.Decision, error) {
 //
 // A denial is remembered until that time: the key's requests meanwhile
 // are denied without asking Redis, with the time left, and counted in the
-// decisions metric as Redis's. The time left is measured from when Redis
-// was asked, so it is never longer than Redis's own answer would be;
-// refunds of the key given by other replicas meanwhile are not seen, and
-// cost it at most that many intervals of wait.
+// decisions metric as Redis's, also while Redis is down. The time left is
+// measured from when Redis was asked, so it is never longer than Redis's
+// own answer would be; refunds of the key given by other replicas
+// meanwhile are not seen, and cost it at most that many intervals of
+// wait. When the denial ends, one request asks Redis and the others wait
+// for the next interval, as Redis would have them do.
 //
 // When Redis fails or does not answer within WithTimeout (or ctx ends
 // first), the failure policy decides, and the error is nil: the decision
@@ -427,12 +429,18 @@ func (l *Limiter) AllowContext(ctx context.Context, key string) (ratelimit.Decis
 		return ratelimit.Decision{}, ratelimit.ErrEmptyKey
 	}
 	now := l.nanos()
-	if wait := l.mem.deniedFor(key, now, l.interval*1000, l.window*1000); wait > 0 {
+	wait, claimed := l.mem.deniedFor(key, now, l.interval*1000, l.window*1000)
+	if wait > 0 {
 		l.count(SourceRedis, false)
 		return ratelimit.Decision{RetryAfter: time.Duration(wait)}, nil
 	}
 	if l.tryRedis() {
 		d, err := l.allowRedis(ctx, key)
+		if err != nil && claimed {
+			// Redis did not admit the request the others wait behind: they
+			// go to the failure policy, as with no denial remembered.
+			l.mem.forgetDenial(key)
+		}
 		if err != nil && ctx.Err() != nil {
 			// The caller gave up: that says nothing of Redis.
 			l.probing.Store(false)
@@ -542,7 +550,8 @@ func (l *Limiter) count(source string, allowed bool) {
 // caller whose calls a later check rejects (say, while the server is at
 // its concurrency limit) would never run out of quota, and each of its
 // calls would cost Redis two round trips however many it sent. A caller
-// within its quota loses no refund.
+// that sends no more than its quota, refunded calls included, loses no
+// refund.
 func (l *Limiter) Refund(key string) {
 	if key == "" {
 		return

@@ -62,7 +62,8 @@ func (m *memory) shard(key string) (uint64, *memoryShard) {
 }
 
 // deniedFor returns how long, at now, the caller of key is still denied
-// by a denial Redis gave; 0 if Redis is to be asked.
+// by a denial Redis gave; 0 if Redis is to be asked, and then whether
+// this call is the one the others wait behind.
 //
 // In the first interval (ns) after a denial ends, Redis admits one call
 // of the caller, and denies the others until its next: the call that
@@ -71,26 +72,37 @@ func (m *memory) shard(key string) (uint64, *memoryShard) {
 // Redis one round trip per interval, not one each. Should Redis deny
 // that call after all (another replica took the interval), its answer
 // replaces the guess.
-func (m *memory) deniedFor(key string, now, interval, window int64) int64 {
+func (m *memory) deniedFor(key string, now, interval, window int64) (wait int64, claimed bool) {
 	h, s := m.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.m[h]
 	switch {
 	case !ok:
-		return 0
+		return 0, false
 	case now < e.denied:
-		return e.denied - now
+		return e.denied - now, false
 	case e.denied != 0 && now < e.denied+interval:
 		// The GCRA after one admission at now. With a burst of 1 the
 		// key's TAT has passed, so the next interval counts from now.
 		e.denied = max(e.denied+interval, now+2*interval-window)
 		s.m[h] = e
-		return 0
+		return 0, true
 	case e.refunds <= now:
 		delete(s.m, h) // spent: the table follows the callers it still stops
 	}
-	return 0
+	return 0, false
+}
+
+// forgetDenial forgets the denial remembered for the caller of key.
+func (m *memory) forgetDenial(key string) {
+	h, s := m.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.m[h]; ok {
+		e.denied = 0
+		s.m[h] = e
+	}
 }
 
 // deny remembers that Redis denies the caller of key until until.

@@ -134,3 +134,21 @@ func TestRefundsKeepToTheQuota(t *testing.T) {
 	assert.Equal(t, ratelimit.Decision{Allowed: true, Remaining: 0}, allow(t, l, "k"))
 	assert.False(t, allow(t, l, "k").Allowed)
 }
+
+// TestRememberedDenialWhileRedisIsDown: a denial Redis gave holds while
+// Redis is down; once it ends, the failure policy decides, and the guess
+// that the call asking Redis was admitted is dropped when Redis failed.
+func TestRememberedDenialWhileRedisIsDown(t *testing.T) {
+	s := startRedis(t)
+	mopt, decisions := reader(t)
+	l, clk := newStepLimiter(t, s, 10, 1, mopt, WithFailOpen(), WithTimeout(time.Second), WithBackoff(time.Hour))
+	require.True(t, allow(t, l, "k").Allowed)
+	require.False(t, allow(t, l, "k").Allowed)
+
+	s.stop()
+	assert.Equal(t, ratelimit.Decision{RetryAfter: 100 * time.Millisecond}, allowWithin(t, l, "k", 5*time.Second), "still Redis's denial")
+	clk.Step(100 * time.Millisecond)
+	assert.True(t, allowWithin(t, l, "k", 5*time.Second).Allowed, "Redis fails: the policy admits")
+	assert.True(t, allowWithin(t, l, "k", 5*time.Second).Allowed, "and decides the next calls too")
+	assert.Equal(t, map[string]int64{"redis/allowed": 1, "redis/rejected": 2, "fail_open/allowed": 2}, decisions())
+}
