@@ -161,10 +161,12 @@ func WithFallback(g *ratelimit.Keyed) Option {
 // process, DefaultMaxLocalKeys unless set; n must be at least 1. It
 // remembers a caller Redis denied, until Redis would admit it again, and
 // the refunds a caller had (see Limiter.Refund), about 40 bytes a caller
-// whatever the length of its key. When the table is full, a new entry
-// takes the place of those that hold nothing any more, or else of the one
-// that would expire first: forgetting never admits a call Redis would
-// deny, it only costs one round trip more.
+// whatever the length of its key. As in ratelimit.WithMaxKeys, the bound
+// is kept per shard, n/64 rounded up, so a few more than n may be held.
+// When a shard is full, a new entry takes the place of those that hold
+// nothing any more, or else of the one that would expire first:
+// forgetting a denial never admits a call Redis would deny, it only costs
+// one round trip more.
 func WithMaxLocalKeys(n int) Option {
 	return func(c *config) {
 		if n < 1 {

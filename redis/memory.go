@@ -16,13 +16,15 @@ const memoryShards = 64
 // a caller over its quota costs Redis nothing: when Redis said it may
 // next pass, and how many refunds it has had. Keys are stored as 64-bit
 // hashes with a seed secret to the process, about 40 bytes a caller
-// however long its key, and the table holds at most max callers, so that
-// a caller cannot grow it by varying its key.
+// however long its key, and each shard holds at most maxPerShard callers,
+// so that a caller cannot grow the table by varying its key. Two keys
+// that collide by chance (about one pair in 10^10 among 100,000 keys)
+// share an entry, as they share a budget in ratelimit.Keyed.
 //
-// Forgetting an entry never admits a call Redis would deny: a forgotten
-// denial costs one round trip more, a forgotten refund count lets the
-// caller have refunds up to one burst again. So the table makes room by
-// forgetting whatever holds least.
+// Forgetting a denial never admits a call Redis would deny: it costs one
+// round trip more. Forgetting a refund count lets the caller have up to a
+// burst of refunds again. So the table makes room by forgetting whatever
+// holds least.
 type memory struct {
 	seed        maphash.Seed
 	maxPerShard int
