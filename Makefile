@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload frontier shapes bench bench-overload bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
+.PHONY: all test overload frontier shapes bench bench-overload bench-shapes bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
 
 all: ci
 
@@ -70,20 +70,38 @@ bench:
 ## bench-out/overload-matrix.md (log in bench-out/overload-matrix.txt).
 ## About 18 minutes on 2 cores at the defaults; MATRIX_REPS=1
 ## MATRIX_SCALE=0.5 gives a quick look in about 3, and MATRIX_RUN (a
-## regular expression) picks scenarios by name, e.g. MATRIX_RUN=quota.
+## regular expression) picks scenarios by name, e.g. MATRIX_RUN=quota;
+## a MATRIX_RUN may also name latency-shape scenarios (bench-shapes).
 MATRIX_REPS  ?= 3
 MATRIX_SCALE ?= 1
 MATRIX_RUN   ?=
+MATRIX_FILE  ?= overload-matrix
 bench-overload:
 	@set -e; mkdir -p $(BENCH_OUT); start=$$(date +%s); \
 	commit=$$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- . || echo -dirty); \
-	echo "== overload matrix at $$commit: $(MATRIX_REPS) repetition(s), phases scaled by $(MATRIX_SCALE) > bench-out/overload-matrix.txt"; \
-	(cd bench && $(GO) test -count=1 -run '^TestOverloadMatrix$$' -v -timeout 60m -matrix \
+	echo "== overload matrix at $$commit: $(MATRIX_REPS) repetition(s), phases scaled by $(MATRIX_SCALE) > bench-out/$(MATRIX_FILE).txt"; \
+	(cd bench && $(GO) test -count=1 -run '^TestOverloadMatrix$$' -v -timeout 120m -matrix \
 		-matrix.reps $(MATRIX_REPS) -matrix.scale $(MATRIX_SCALE) -matrix.commit $$commit -matrix.run '$(MATRIX_RUN)' \
-		-matrix.out $(BENCH_OUT)/overload-matrix.md . > $(BENCH_OUT)/overload-matrix.txt 2>&1) || \
-		{ cat $(BENCH_OUT)/overload-matrix.txt; exit 1; }; \
-	cat $(BENCH_OUT)/overload-matrix.md; \
-	echo "== make bench-overload took $$(( $$(date +%s) - start )) s"
+		-matrix.out $(BENCH_OUT)/$(MATRIX_FILE).md . > $(BENCH_OUT)/$(MATRIX_FILE).txt 2>&1) || \
+		{ cat $(BENCH_OUT)/$(MATRIX_FILE).txt; exit 1; }; \
+	cat $(BENCH_OUT)/$(MATRIX_FILE).md; \
+	echo "== make $@ took $$(( $$(date +%s) - start )) s"
+
+## bench-shapes: the overload matrix's latency-shape scenarios (issue 29),
+## apart from bench-overload's default run because they are as long:
+## exponential, bimodal (S/3 at 90 %, 7·S at 10 %) and lognormal service
+## times at 0.5x to 5x and constant ones at 0.5x, on FIFO and processor
+## sharing; a handler refusing 3% of calls on bimodal and lognormal times;
+## and two methods (S/4 and 4·S, mean S) on one pool behind one service
+## limiter at 0.8x to 5x; each with sluice's and failsafe-go's defaults
+## and a static C+8. Same settings as bench-overload, plus a table of the
+## three side by side judged against issue 29's targets; writes
+## bench-out/overload-shapes.md. 126 runs: about 42 minutes on 2 cores at
+## the defaults, 7 with MATRIX_REPS=1 MATRIX_SCALE=0.5. MATRIX_RUN narrows
+## it, e.g. MATRIX_RUN=bimodal, MATRIX_RUN=lognormal or MATRIX_RUN=methods
+## (about 14, 14 and 11 minutes at the defaults).
+bench-shapes:
+	@$(MAKE) --no-print-directory bench-overload MATRIX_RUN='$(or $(MATRIX_RUN),^shape)' MATRIX_FILE=overload-shapes
 
 ## bench-early: rejection before decoding. 64 KiB requests at 5x overload
 ## (FIFO, C = 16, S = 20 ms) against NewServer() and

@@ -73,9 +73,15 @@
 // the 6 s phases. It is skipped
 // unless run with -matrix or SLUICE_BENCH_MATRIX=1, and `make
 // bench-overload` runs it (about 18 minutes) into
-// bench-out/overload-matrix.md. TestOverloadMatrixSmoke runs one
-// half-second scenario in every test pass, with no performance assertion,
-// so that the instrument keeps working.
+// bench-out/overload-matrix.md. Its latency-shape scenarios, whose names
+// start with "shape", run only when -matrix.run names them (`make
+// bench-shapes`, about 42 minutes): exponential, bimodal and lognormal
+// service times from 0.5× to 5×, the quota on bimodal and lognormal
+// times, and two methods of different speeds on one pool behind one
+// service limiter, each beside a static C+8 and summarized against issue
+// 29's targets. TestOverloadMatrixSmoke runs two half-second scenarios
+// (one of them the two methods) in every test pass, with no performance
+// assertion, so that the instrument keeps working.
 //
 // # Side effects of the peers
 //

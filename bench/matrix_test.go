@@ -45,8 +45,10 @@ import (
 //	go test -run TestOverloadMatrix -matrix -v [-matrix.out FILE]
 //
 // or with SLUICE_BENCH_MATRIX=1 in the environment. `make bench-overload`
-// runs it. TestOverloadMatrixSmoke runs one short scenario in every test
-// pass so that the machinery keeps working.
+// runs it. The latency-shape scenarios (shapeScenarios) run only when
+// -matrix.run names them; `make bench-shapes` runs them all.
+// TestOverloadMatrixSmoke runs two short scenarios in every test pass so
+// that the machinery keeps working.
 var (
 	matrixFlag     = flag.Bool("matrix", false, "run TestOverloadMatrix (about 18 minutes at the defaults); or set "+matrixEnv+"=1")
 	matrixOut      = flag.String("matrix.out", "", "also write the overload matrix's markdown report to this file")
@@ -99,9 +101,31 @@ type scenario struct {
 	// step measures the recovery after each change of stage and
 	// summarizes the stages after the first without a warm-up skip.
 	step bool
-	// frontier adds the unprotected and static rows.
-	frontier bool
+	// frontier adds the unprotected and static rows; static adds only
+	// the static one.
+	frontier, static bool
+	// shape puts the scenario in the latency-shape group, which runs
+	// only when -matrix.run names it (make bench-shapes).
+	shape bool
+	// methods serves two methods of one service, a fast and a slow one,
+	// from one backend pool (see methodsService) instead of Unary.
+	methods bool
 }
+
+// The two-methods scenarios: 80 % of calls to a method taking S/4 and 20 %
+// to one taking 4·S, a mix of mean S (0.8/4 + 0.2·4 = 1) and coefficient
+// of variation 1.5, both served by one pool of C workers behind one
+// service entry of sluice (and one failsafe-go or static limiter). One
+// pool because the methods of one service share what limits it (its
+// database's connections, its process's CPU): that pool is what a
+// service-wide limit protects. Two pools would call for a limit per
+// method, sluice's default.
+const (
+	methodsService = "bench.v1.Shop"
+	methodsSlowFor = 0.2 // share of calls to the slow method
+	methodsFast    = matrixS / 4
+	methodsSlow    = 4 * matrixS
+)
 
 // scenarios lists the matrix in the order of its report.
 func scenarios() []scenario {
@@ -146,6 +170,49 @@ func scenarios() []scenario {
 			stages: one(load), client: true, frontier: true,
 		})
 	}
+	return append(out, shapeScenarios()...)
+}
+
+// shapeScenarios are the latency-shape group (issue 29): every load from
+// 0.5× to 5× on both backends for exponential, bimodal and lognormal
+// service times, and 0.5× for constant ones (the plain load scenarios
+// above are its 0.8× to 5×); the quota scenario on bimodal and lognormal
+// times (the one above has constant and exponential); and two methods of
+// different speeds behind one service limiter. Each runs sluice,
+// failsafe-go and the static limit. Their names start with "shape " and
+// then the shape's name, so that -matrix.run selects them (shape,
+// bimodal, lognormal, methods).
+func shapeScenarios() []scenario {
+	var out []scenario
+	one := func(load float64) []matrixStage { return []matrixStage{{load, matrixC}} }
+	for _, d := range []backend.Dist{backend.Constant, backend.Exponential, backend.Bimodal, backend.Lognormal} {
+		loads := []float64{0.5, 0.8, 1, 2, 5}
+		if d == backend.Constant {
+			loads = loads[:1]
+		}
+		for _, kind := range []string{"fifo", "ps"} {
+			for _, load := range loads {
+				out = append(out, scenario{
+					name: fmt.Sprintf("shape %s %s %g× S=20ms", d, kind, load), kind: kind, service: matrixS, dist: d,
+					stages: one(load), static: true, shape: true,
+				})
+			}
+		}
+	}
+	for _, d := range []backend.Dist{backend.Bimodal, backend.Lognormal} {
+		out = append(out, scenario{
+			name: fmt.Sprintf("shape %s quota 3%% fifo 0.7× S=20ms", d), kind: "fifo", service: matrixS, dist: d,
+			stages: one(0.7), quota: matrixQuota, static: true, shape: true,
+		})
+	}
+	for _, kind := range []string{"fifo", "ps"} {
+		for _, load := range []float64{0.8, 1, 2, 5} {
+			out = append(out, scenario{
+				name: fmt.Sprintf("shape methods %s %g× S/4+4·S", kind, load), kind: kind, service: matrixS,
+				stages: one(load), methods: true, static: true, shape: true,
+			})
+		}
+	}
 	return out
 }
 
@@ -160,13 +227,14 @@ func (sc scenario) capacityRate(st matrixStage) float64 {
 }
 
 // A matrixProtection is one row of a scenario. build returns the options
-// of a fresh server (server side) or client connection (client side), a
-// function reporting the live limit (nil if there is none), and a function
-// to call when the run is over.
+// of a fresh server (server side) or client connection (client side) for
+// scenario sc, a function reporting the live limit (nil if there is none),
+// and a function to call when the run is over.
 type matrixProtection struct {
 	name     string
 	frontier bool // one of the unprotected and static rows
-	build    func() (sopts []grpc.ServerOption, dopts []grpc.DialOption, limit func() int, done func(), err error)
+	static   bool // the static row
+	build    func(sc scenario) (sopts []grpc.ServerOption, dopts []grpc.DialOption, limit func() int, done func(), err error)
 }
 
 func sluiceLimit(ls func() []interceptor.LimiterState) func() int {
@@ -178,7 +246,7 @@ func sluiceLimit(ls func() []interceptor.LimiterState) func() int {
 	}
 }
 
-var unprotected = matrixProtection{"unprotected", true, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+var unprotected = matrixProtection{"unprotected", true, false, func(scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
 	return nil, nil, nil, func() {}, nil
 }}
 
@@ -186,19 +254,25 @@ var unprotected = matrixProtection{"unprotected", true, func() ([]grpc.ServerOpt
 func serverProtections() []matrixProtection {
 	return []matrixProtection{
 		unprotected,
-		{fmt.Sprintf("static C+8 (%d)", matrixStatic), true, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+		{fmt.Sprintf("static C+8 (%d)", matrixStatic), true, true, func(scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
 			g := NewChan(matrixStatic)
 			return []grpc.ServerOption{grpc.ChainUnaryInterceptor(guardInterceptor(g))}, nil,
 				func() int { return matrixStatic }, func() {}, nil
 		}},
-		{"sluice defaults", false, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
-			s, err := interceptor.NewServer() // nothing tuned
+		{"sluice defaults", false, false, func(sc scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+			var opts []interceptor.Option // nothing tuned
+			if sc.methods {
+				// One limiter for the service, as the README shows
+				// it, rather than the default limiter per method.
+				opts = append(opts, interceptor.WithMethod("/"+methodsService+"/", interceptor.Limit{}))
+			}
+			s, err := interceptor.NewServer(opts...)
 			if err != nil {
 				return nil, nil, nil, nil, err
 			}
 			return s.ServerOptions(), nil, sluiceLimit(s.Limiters), func() { _ = s.Close() }, nil
 		}},
-		{"failsafe defaults", false, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+		{"failsafe defaults", false, false, func(scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
 			g := NewFailsafe()
 			return []grpc.ServerOption{grpc.ChainUnaryInterceptor(guardInterceptor(g))}, nil, g.Limiter.Limit, func() {}, nil
 		}},
@@ -209,14 +283,14 @@ func serverProtections() []matrixProtection {
 func clientProtections() []matrixProtection {
 	return []matrixProtection{
 		unprotected,
-		{"sluice client defaults", false, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+		{"sluice client defaults", false, false, func(scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
 			c, err := interceptor.NewClient() // nothing tuned
 			if err != nil {
 				return nil, nil, nil, nil, err
 			}
 			return nil, c.DialOptions(), sluiceLimit(c.Limiters), func() { _ = c.Close() }, nil
 		}},
-		{"failsafe client defaults", false, func() ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+		{"failsafe client defaults", false, false, func(scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
 			// failsafe-go's own client-side use: its gRPC client
 			// interceptor around a default adaptive limiter, as
 			// failsafegrpc documents it. A rejection comes back as
@@ -235,8 +309,57 @@ func protectionsFor(sc scenario, allFrontier bool) []matrixProtection {
 		ps = clientProtections()
 	}
 	return slices.DeleteFunc(ps, func(p matrixProtection) bool {
-		return p.frontier && !sc.frontier && !allFrontier
+		return p.frontier && !sc.frontier && !allFrontier && !(p.static && sc.static)
 	})
+}
+
+// registerMethods registers methodsService on srv: its Fast and Slow
+// methods take testpb's UnaryRequest and UnaryResponse and hold one
+// backend call of methodsFast and methodsSlow. A hand-written ServiceDesc
+// gives a second method of the same request type without a new proto.
+func registerMethods(srv *grpc.Server, be backend.Backend) {
+	method := func(name string, d time.Duration) grpc.MethodDesc {
+		full := "/" + methodsService + "/" + name
+		serve := func(ctx context.Context, _ any) (any, error) {
+			if err := be.DoFor(ctx, d); err != nil {
+				return nil, err
+			}
+			return &testpb.UnaryResponse{}, nil
+		}
+		return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			req := new(testpb.UnaryRequest)
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			if ic == nil {
+				return serve(ctx, req)
+			}
+			return ic(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: full}, serve)
+		}}
+	}
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: methodsService,
+		HandlerType: (*any)(nil),
+		Methods:     []grpc.MethodDesc{method("Fast", methodsFast), method("Slow", methodsSlow)},
+	}, struct{}{})
+}
+
+// methodsCall returns the loadgen call of the two-methods scenarios: the
+// slow method for a methodsSlowFor share of calls, drawn from a seeded
+// generator, the fast one otherwise.
+func methodsCall(conn *grpc.ClientConn, seed uint64) func(context.Context) error {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, 5))
+	return func(ctx context.Context) error {
+		mu.Lock()
+		slow := rng.Float64() < methodsSlowFor
+		mu.Unlock()
+		name := "Fast"
+		if slow {
+			name = "Slow"
+		}
+		return conn.Invoke(ctx, "/"+methodsService+"/"+name, &testpb.UnaryRequest{}, new(testpb.UnaryResponse))
+	}
 }
 
 // quotaService wraps svc so that a share of its calls, drawn from a seeded
@@ -276,7 +399,7 @@ func runScenario(ctx context.Context, sc scenario, p matrixProtection, phase, sk
 	if err != nil {
 		return matrixRun{}, err
 	}
-	sopts, dopts, limit, done, err := p.build()
+	sopts, dopts, limit, done, err := p.build(sc)
 	if err != nil {
 		return matrixRun{}, err
 	}
@@ -293,6 +416,9 @@ func runScenario(ctx context.Context, sc scenario, p matrixProtection, phase, sk
 	}
 	srv := grpc.NewServer(sopts...)
 	testpb.RegisterTestServiceServer(srv, svc)
+	if sc.methods {
+		registerMethods(srv, be)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return matrixRun{}, err
@@ -313,6 +439,13 @@ func runScenario(ctx context.Context, sc scenario, p matrixProtection, phase, sk
 		return matrixRun{}, err
 	}
 	client := testpb.NewTestServiceClient(conn)
+	call := func(ctx context.Context) error {
+		_, err := client.Unary(ctx, &testpb.UnaryRequest{})
+		return err
+	}
+	if sc.methods {
+		call = methodsCall(conn, seed)
+	}
 
 	lp := make([]loadgen.Phase, len(sc.stages))
 	for i, st := range sc.stages {
@@ -354,10 +487,7 @@ func runScenario(ctx context.Context, sc scenario, p matrixProtection, phase, sk
 		Phases:   lp,
 		Deadline: 10 * sc.service,
 		Seed:     seed,
-		Call: func(ctx context.Context) error {
-			_, err := client.Unary(ctx, &testpb.UnaryRequest{})
-			return err
-		},
+		Call:     call,
 		Classify: classify,
 	})
 	cpu := overload.ProcessCPU() - cpu0
@@ -601,6 +731,24 @@ func runMatrix(ctx context.Context, t testing.TB, scs []scenario, reps int, phas
 	return rows, failed, nil
 }
 
+// selectScenarios returns the scenarios of scs whose name matches the
+// regular expression only; with only empty, those outside the shape group,
+// which is long enough to run apart (make bench-shapes).
+func selectScenarios(scs []scenario, only string) ([]scenario, error) {
+	if only == "" {
+		return slices.DeleteFunc(scs, func(sc scenario) bool { return sc.shape }), nil
+	}
+	re, err := regexp.Compile(only)
+	if err != nil {
+		return nil, fmt.Errorf("-matrix.run: %w", err)
+	}
+	scs = slices.DeleteFunc(scs, func(sc scenario) bool { return !re.MatchString(sc.name) })
+	if len(scs) == 0 {
+		return nil, fmt.Errorf("-matrix.run %q matches no scenario", only)
+	}
+	return scs, nil
+}
+
 func matrixEnabled() bool { return *matrixFlag || os.Getenv(matrixEnv) == "1" }
 
 func TestOverloadMatrix(t *testing.T) {
@@ -610,16 +758,9 @@ func TestOverloadMatrix(t *testing.T) {
 	if *matrixReps < 1 || *matrixScale <= 0 {
 		t.Fatalf("-matrix.reps is %d and -matrix.scale %g: need at least 1 repetition and a positive scale", *matrixReps, *matrixScale)
 	}
-	scs := scenarios()
-	if *matrixOnly != "" {
-		re, err := regexp.Compile(*matrixOnly)
-		if err != nil {
-			t.Fatalf("-matrix.run: %v", err)
-		}
-		scs = slices.DeleteFunc(scs, func(sc scenario) bool { return !re.MatchString(sc.name) })
-		if len(scs) == 0 {
-			t.Fatalf("-matrix.run %q matches no scenario", *matrixOnly)
-		}
+	scs, err := selectScenarios(scenarios(), *matrixOnly)
+	if err != nil {
+		t.Fatal(err)
 	}
 	phase := time.Duration(*matrixScale * float64(matrixPhase))
 	skip := time.Duration(*matrixScale * float64(matrixSkip))
@@ -649,9 +790,12 @@ func TestOverloadMatrix(t *testing.T) {
 // asserts no performance, only that every protection gets a row with some
 // goodput.
 func TestOverloadMatrixSmoke(t *testing.T) {
-	sc := scenario{name: "smoke fifo 2× S=20ms", kind: "fifo", service: matrixS,
+	plain := scenario{name: "smoke fifo 2× S=20ms", kind: "fifo", service: matrixS,
 		stages: []matrixStage{{2, matrixC}}, frontier: true}
-	rows, failed, err := runMatrix(context.Background(), t, []scenario{sc}, 1, 500*time.Millisecond, 0, false)
+	// The two-methods shape: its own service, one sluice limiter for it.
+	methods := scenario{name: "shape smoke methods fifo 2× S/4+4·S", kind: "fifo", service: matrixS,
+		stages: []matrixStage{{2, matrixC}}, methods: true, static: true, shape: true}
+	rows, failed, err := runMatrix(context.Background(), t, []scenario{plain, methods}, 1, 500*time.Millisecond, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -660,18 +804,108 @@ func TestOverloadMatrixSmoke(t *testing.T) {
 	}
 	var md strings.Builder
 	writeMatrixReport(&md, rows, matrixSettings{reps: 1, phase: 500 * time.Millisecond})
-	for _, p := range serverProtections() {
-		i := slices.IndexFunc(rows, func(r matrixRow) bool { return r.prot == p.name })
-		if i < 0 {
-			t.Errorf("no row for %s", p.name)
-			continue
+	for _, sc := range []scenario{plain, methods} {
+		for _, p := range protectionsFor(sc, false) {
+			i := slices.IndexFunc(rows, func(r matrixRow) bool { return r.sc.name == sc.name && r.prot == p.name })
+			if i < 0 {
+				t.Errorf("%s: no row for %s", sc.name, p.name)
+				continue
+			}
+			if g := rows[i].reps[0].good; g == 0 {
+				t.Errorf("%s, %s: no call succeeded within its deadline", sc.name, p.name)
+			}
+			if !strings.Contains(md.String(), "| "+sc.name+" | "+p.name+" |") {
+				t.Errorf("the report has no line for %s, %s:\n%s", sc.name, p.name, md.String())
+			}
 		}
-		if g := rows[i].reps[0].good; g == 0 {
-			t.Errorf("%s: no call succeeded within its deadline", p.name)
+	}
+	if !strings.Contains(md.String(), "| "+methods.name+" | ") || !strings.Contains(md.String(), "### Latency shapes") {
+		t.Errorf("the report has no shape summary for %s:\n%s", methods.name, md.String())
+	}
+}
+
+// TestShapeSelection: the shape group stays out of the default run, and
+// -matrix.run picks it whole or by shape.
+func TestShapeSelection(t *testing.T) {
+	all := scenarios()
+	names := map[string]bool{}
+	for _, sc := range all {
+		if names[sc.name] {
+			t.Errorf("two scenarios named %q", sc.name)
 		}
-		if !strings.Contains(md.String(), "| "+sc.name+" | "+p.name+" |") {
-			t.Errorf("the report has no line for %s:\n%s", p.name, md.String())
+		names[sc.name] = true
+	}
+	count := func(only string, want func(scenario) bool) {
+		t.Helper()
+		got, err := selectScenarios(slices.Clone(all), only)
+		if err != nil {
+			t.Fatal(err)
 		}
+		n := 0
+		for _, sc := range all {
+			if want(sc) {
+				n++
+			}
+		}
+		if len(got) != n || n == 0 {
+			t.Errorf("-matrix.run %q picked %d scenarios, want %d", only, len(got), n)
+		}
+		for _, sc := range got {
+			if !want(sc) {
+				t.Errorf("-matrix.run %q picked %q", only, sc.name)
+			}
+		}
+	}
+	count("", func(sc scenario) bool { return !sc.shape })
+	count("shape", func(sc scenario) bool { return sc.shape })
+	count("bimodal", func(sc scenario) bool { return sc.dist == backend.Bimodal })
+	count("lognormal", func(sc scenario) bool { return sc.dist == backend.Lognormal })
+	count("methods", func(sc scenario) bool { return sc.methods })
+	for _, sc := range all {
+		if sc.shape && !slices.ContainsFunc(protectionsFor(sc, false), func(p matrixProtection) bool { return p.name == staticRow }) {
+			t.Errorf("%s has no static row", sc.name)
+		}
+	}
+	if _, err := selectScenarios(all, "no such shape"); err == nil {
+		t.Error("a -matrix.run that matches nothing is not an error")
+	}
+}
+
+// TestShapeVerdict: sluice's row of a shape scenario is judged against
+// issue 29's target for its load, relative to the static row.
+func TestShapeVerdict(t *testing.T) {
+	at := func(load float64, quota float64) scenario {
+		return scenario{service: matrixS, stages: []matrixStage{{load, matrixC}}, quota: quota}
+	}
+	static := matrixMetrics{goodRatio: 0.97, p99: 40, rejected: 30}
+	tests := []struct {
+		name   string
+		sc     scenario
+		sluice matrixMetrics
+		want   string
+	}{
+		{"light load, nothing rejected", at(0.5, 0), matrixMetrics{goodRatio: 1, p99: 20}, "met"},
+		{"light load, rejections", at(0.8, 0), matrixMetrics{goodRatio: 0.99, p99: 20, rejected: 0.2}, "missed: 0.2 % rejected > 0.1 %"},
+		{"quota, within", at(0.7, 0.03), matrixMetrics{goodRatio: 0.99, rejected: 0.4}, "met"},
+		{"quota, collapse", at(0.7, 0.03), matrixMetrics{goodRatio: 0.43, rejected: 58}, "missed: 58.0 % rejected beyond the handler's own > 0.5 %"},
+		{"1×, within 2 %", at(1, 0), matrixMetrics{goodRatio: 0.955, p99: 90}, "met"},
+		{"1×, behind", at(1, 0), matrixMetrics{goodRatio: 0.27, p99: 30}, "missed: goodput 27.0 % < static's 97.0 % − 2 %"},
+		{"2×, on the frontier", at(2, 0), matrixMetrics{goodRatio: 0.965, p99: 44}, "met"},
+		{"5×, slow and short", at(5, 0), matrixMetrics{goodRatio: 0.9, p99: 60},
+			"missed: goodput 90.0 % < static's 97.0 % − 1 %, p99 3.00·S > 1.1 × static's 2.00·S"},
+		{"5×, no success", at(5, 0), matrixMetrics{goodRatio: 0, p99: math.NaN()},
+			"missed: goodput 0.0 % < static's 97.0 % − 1 %, p99 -·S > 1.1 × static's 2.00·S"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := shapeVerdict(tt.sc, map[string]matrixMetrics{sluiceRow: tt.sluice, failsafeRow: {}, staticRow: static})
+			if got != tt.want {
+				t.Errorf("shapeVerdict = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if got := shapeVerdict(at(2, 0), map[string]matrixMetrics{sluiceRow: static}); got != "-" {
+		t.Errorf("without a static row: %q, want -", got)
 	}
 }
 
@@ -689,13 +923,13 @@ func writeMatrixReport(w io.Writer, rows []matrixRow, s matrixSettings) {
 	fmt.Fprintf(w, "Real gRPC over TCP on 127.0.0.1, client and server in one process, a fresh backend, server and connection "+
 		"for every run; open-loop Poisson arrivals (seeded by repetition, the same for every protection); deadline 10·S per call. "+
 		"Backends of C = %d workers: fifo (C workers behind an unbounded queue) or ps (processor sharing: all calls progress at "+
-		"C/n of full speed). Service time S is constant unless the scenario says exponential (mean S). Load is a multiple of C/S.\n\n", matrixC)
+		"C/n of full speed). Service time S is constant unless the scenario names another shape of mean S (see the latency shapes below). Load is a multiple of C/S.\n\n", matrixC)
 	fmt.Fprintf(w, "Protections: *sluice defaults* is `interceptor.NewServer()` with no option; *failsafe defaults* is "+
 		"failsafe-go's `adaptivelimiter.NewWithDefaults()` through a unary interceptor (rejection = RESOURCE_EXHAUSTED); "+
 		"*static C+8* is a semaphore admitting %d calls, no queue (the frontier a limit that knows C reaches); "+
 		"*unprotected* has no limit. The client-side scenarios put `interceptor.NewClient()`'s DialOptions, or failsafegrpc's "+
 		"unary client interceptor around `adaptivelimiter.NewWithDefaults()`, in front of an unprotected server. The unprotected and static rows run only "+
-		"in the FIFO load scenarios at S = 20 ms (and unprotected in the client-side ones) unless -matrix.frontier is set.\n\n", matrixStatic)
+		"in the FIFO load scenarios at S = 20 ms (unprotected also in the client-side ones, static also in the shape ones) unless -matrix.frontier is set.\n\n", matrixStatic)
 	fmt.Fprintf(w, "Goodput is the calls that succeeded within their deadline; ideal is min(offered, C/S) (per stage in the step "+
 		"scenarios, counted over the calls that arrived in the summarized stretch, so that it can pass 100 %% by a little when "+
 		"calls arrive unevenly). p50 and p99 are of those successes. "+
@@ -736,9 +970,117 @@ func writeMatrixReport(w io.Writer, rows []matrixRow, s matrixSettings) {
 			fmtNum(m.limitMean, ""), fmtNum(m.limitMax, ""), m.cpu, m.lag, strings.Join(notes, "; "))
 	}
 	fmt.Fprintln(w)
+	writeShapeSummary(w, rows)
 	if s.failedCalls > 0 {
 		fmt.Fprintf(w, "%d calls failed other than by rejection, deadline or the handler's quota: the run is suspect.\n\n", s.failedCalls)
 	}
+}
+
+// The rows a shape summary compares, by protection name.
+const (
+	sluiceRow   = "sluice defaults"
+	failsafeRow = "failsafe defaults"
+)
+
+var staticRow = fmt.Sprintf("static C+8 (%d)", matrixStatic)
+
+// writeShapeSummary writes, when rows has shape scenarios, one line per
+// such scenario with sluice, failsafe-go and the static limit side by side
+// and sluice's row judged against issue 29's targets.
+func writeShapeSummary(w io.Writer, rows []matrixRow) {
+	type trio struct {
+		sc scenario
+		by map[string]matrixMetrics
+	}
+	var order []string
+	byName := map[string]*trio{}
+	for _, r := range rows {
+		if !r.sc.shape || len(r.reps) == 0 {
+			continue
+		}
+		t := byName[r.sc.name]
+		if t == nil {
+			t = &trio{sc: r.sc, by: map[string]matrixMetrics{}}
+			byName[r.sc.name] = t
+			order = append(order, r.sc.name)
+		}
+		t.by[r.prot] = medianMetrics(r.reps)
+	}
+	if len(order) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "### Latency shapes\n\n")
+	fmt.Fprintf(w, "The shape scenarios above side by side, each cell sluice · failsafe-go · static C+8 (medians). "+
+		"Service times: constant, exponential (cv 1), bimodal (S/3 for 90 %% of calls, 7·S for 10 %%, cv 2), lognormal "+
+		"(σ 1.2, cv 1.8; 0.6 %% of calls need more than the 10·S deadline even alone), all of mean S = 20 ms; "+
+		"*methods* is 80 %% of calls to a method taking S/4 and 20 %% to one taking 4·S (mean S, cv 1.5) on one pool "+
+		"of C workers, behind one limiter for the service (`WithMethod(\"/%s/\", Limit{})` for sluice). "+
+		"*Rejected* leaves out the handler's own refusals in the quota rows. The last column judges sluice against "+
+		"issue 29's targets: ≤ 0.1 %% rejected below 1×, ≤ 0.5 %% beyond the handler's own with the quota, goodput "+
+		"≥ static − 0.02 at 1×, goodput ≥ static − 0.01 and p99 ≤ 1.1 × static's at 2× and 5×.\n\n", methodsService)
+	fmt.Fprintln(w, "| scenario | goodput / ideal | p99 / S | rejected | sluice vs target |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---|")
+	for _, name := range order {
+		t := byName[name]
+		cell := func(f func(matrixMetrics) string) string {
+			var out []string
+			for _, p := range []string{sluiceRow, failsafeRow, staticRow} {
+				m, ok := t.by[p]
+				if !ok {
+					out = append(out, "-")
+					continue
+				}
+				out = append(out, f(m))
+			}
+			return strings.Join(out, " · ")
+		}
+		S := ms(t.sc.service)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", name,
+			cell(func(m matrixMetrics) string { return fmtRatio(m.goodRatio) }),
+			cell(func(m matrixMetrics) string { return fmtNum(m.p99/S, "") }),
+			cell(func(m matrixMetrics) string { return fmt.Sprintf("%.1f %%", m.rejected) }),
+			shapeVerdict(t.sc, t.by))
+	}
+	fmt.Fprintln(w)
+}
+
+// shapeVerdict judges sluice's medians in a shape scenario against issue
+// 29's targets, the static limit's medians being the frontier: "met", or
+// "missed: " and what fell short.
+func shapeVerdict(sc scenario, by map[string]matrixMetrics) string {
+	sl, ok := by[sluiceRow]
+	st, okStatic := by[staticRow]
+	if !ok || !okStatic {
+		return "-"
+	}
+	load := sc.stages[0].load
+	var miss []string
+	switch {
+	case sc.quota > 0:
+		if sl.rejected > 0.5 {
+			miss = append(miss, fmt.Sprintf("%.1f %% rejected beyond the handler's own > 0.5 %%", sl.rejected))
+		}
+	case load < 1:
+		if sl.rejected > 0.1 {
+			miss = append(miss, fmt.Sprintf("%.1f %% rejected > 0.1 %%", sl.rejected))
+		}
+	case load == 1:
+		if sl.goodRatio < st.goodRatio-0.02 || math.IsNaN(sl.goodRatio) {
+			miss = append(miss, fmt.Sprintf("goodput %s < static's %s − 2 %%", fmtRatio(sl.goodRatio), fmtRatio(st.goodRatio)))
+		}
+	default:
+		if sl.goodRatio < st.goodRatio-0.01 || math.IsNaN(sl.goodRatio) {
+			miss = append(miss, fmt.Sprintf("goodput %s < static's %s − 1 %%", fmtRatio(sl.goodRatio), fmtRatio(st.goodRatio)))
+		}
+		if !(sl.p99 <= 1.1*st.p99) {
+			S := ms(sc.service)
+			miss = append(miss, fmt.Sprintf("p99 %s·S > 1.1 × static's %s·S", fmtNum(sl.p99/S, ""), fmtNum(st.p99/S, "")))
+		}
+	}
+	if len(miss) == 0 {
+		return "met"
+	}
+	return "missed: " + strings.Join(miss, ", ")
 }
 
 // worstNote describes the worst repetitions of a row, the one with the

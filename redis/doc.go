@@ -12,8 +12,18 @@
 //	...
 //	srv, err := interceptor.NewServer(interceptor.WithCallerLimiter(interceptor.PeerIP, quota))
 //
-// Redis is on the path of every call: each decision is bounded by
+// Redis is on the path of the calls: each decision is bounded by
 // WithTimeout, and when Redis is slow or down a failure policy decides
 // (WithFallback, the default, WithFailOpen, WithFailClosed) until Redis
 // answers again. The decisions metric counts who decided.
+//
+// A caller over its quota is not on Redis's path: the Limiter remembers
+// Redis's denial in this process until Redis would admit the caller
+// again, and answers its calls meanwhile with the time left, so a flood
+// from one caller costs Redis about one round trip per interval of its
+// quota, however many calls it sends, and cannot slow Redis down for
+// everyone else. Refunds (calls admitted, then turned away by a later
+// check such as the concurrency limit) are held to the quota's own rate
+// and burst for the same reason. This memory is bounded by
+// WithMaxLocalKeys, whatever the callers' keys.
 package redis

@@ -43,6 +43,10 @@ const (
 	// (see ratelimit.WithMaxKeys).
 	DefaultFallbackKeys = 100_000
 
+	// DefaultMaxLocalKeys bounds the callers a Limiter remembers in this
+	// process (see WithMaxLocalKeys): a few MiB at most.
+	DefaultMaxLocalKeys = 100_000
+
 	// maxWindow bounds burst/rate in microseconds, so that a TAT next to a
 	// reading of Redis's clock stays an exact integer in a Lua number
 	// (a float64, exact to 2^53): 2^51 µs is about 71 years.
@@ -51,7 +55,7 @@ const (
 
 // Sources of a decision, the "source" attribute of the decisions metric.
 const (
-	SourceRedis      = "redis"       // decided by Redis
+	SourceRedis      = "redis"       // decided by Redis, or a denial of Redis remembered
 	SourceFallback   = "fallback"    // Redis failed: decided by the local fallback limiter
 	SourceFailOpen   = "fail_open"   // Redis failed: allowed by WithFailOpen
 	SourceFailClosed = "fail_closed" // Redis failed: rejected by WithFailClosed
@@ -80,6 +84,7 @@ type config struct {
 	backoff  time.Duration
 	policy   policy
 	fallback *ratelimit.Keyed
+	maxLocal int
 	provider metric.MeterProvider
 	errs     []error
 }
@@ -152,6 +157,26 @@ func WithFallback(g *ratelimit.Keyed) Option {
 	}
 }
 
+// WithMaxLocalKeys bounds the callers the Limiter remembers in this
+// process, DefaultMaxLocalKeys unless set; n must be at least 1. It
+// remembers a caller Redis denied, until Redis would admit it again, and
+// the refunds a caller had (see Limiter.Refund), about 40 bytes a caller
+// whatever the length of its key. As in ratelimit.WithMaxKeys, the bound
+// is kept per shard, n/64 rounded up, so a few more than n may be held.
+// When a shard is full, a new entry takes the place of those that hold
+// nothing any more, or else of the one that would expire first:
+// forgetting a denial never admits a call Redis would deny, it only costs
+// one round trip more.
+func WithMaxLocalKeys(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("redis: WithMaxLocalKeys(%d): must be >= 1; the memory is what spares Redis the calls of callers over their quota", n))
+			return
+		}
+		c.maxLocal = n
+	}
+}
+
 // WithMeterProvider sets where the decisions metric goes; the default is
 // otel.GetMeterProvider().
 func WithMeterProvider(p metric.MeterProvider) Option {
@@ -169,6 +194,14 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 // hash of the key, and set to expire when the key would have its whole
 // burst back: Redis itself then forgets idle callers, and memory follows
 // the callers active within one burst window.
+//
+// A caller over its quota costs Redis one decision per retry-after, not
+// one per call: the Limiter remembers Redis's denial in this process until
+// Redis would admit the caller again, and answers its calls meanwhile
+// with the time left. A flood from one caller therefore cannot push Redis
+// past its timeout and so every replica onto its failure policy. Refunds
+// are bounded alike (see Refund). The memory holds at most
+// WithMaxLocalKeys callers.
 //
 // When Redis is slow (over WithTimeout) or unreachable, the failure policy
 // decides (WithFallback, the default, WithFailOpen, WithFailClosed), and
@@ -194,8 +227,21 @@ type Limiter struct {
 	decisions metric.Int64Counter
 	attrs     map[[2]string]metric.AddOption
 
-	// now, when set by a test, replaces Redis's clock (in µs).
+	// mem remembers denials and refunds, on the local clock (nanos).
+	mem *memory
+
+	// now, when set by a test, replaces Redis's clock (in µs), and the
+	// local clock too, so that the two agree.
 	now func() int64
+}
+
+// nanos reads the local clock: ns since the Limiter was made, or the
+// test's clock.
+func (l *Limiter) nanos() int64 {
+	if l.now != nil {
+		return l.now() * 1000
+	}
+	return int64(time.Since(l.start))
 }
 
 // testSlack delays expiry, in ms, when a test's clock replaces Redis's:
@@ -257,7 +303,7 @@ return 1
 // set ContextTimeoutEnabled in their options. Every problem found is
 // reported, joined, in the error.
 func New(client goredis.Scripter, rate float64, burst int, opts ...Option) (*Limiter, error) {
-	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, backoff: DefaultBackoff}
+	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, backoff: DefaultBackoff, maxLocal: DefaultMaxLocalKeys}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&c)
@@ -312,6 +358,7 @@ func New(client goredis.Scripter, rate float64, burst int, opts ...Option) (*Lim
 		cfg:      c,
 		start:    time.Now(),
 		attrs:    make(map[[2]string]metric.AddOption),
+		mem:      newMemory(c.maxLocal),
 	}
 	p := c.provider
 	if p == nil {
@@ -366,6 +413,15 @@ func (l *Limiter) Allow(key string) (ratelimit.Decision, error) {
 // request is not counted, and RetryAfter is then the time until the
 // request would be allowed, by Redis's clock, to the microsecond.
 //
+// A denial is remembered until that time: the key's requests meanwhile
+// are denied without asking Redis, with the time left, and counted in the
+// decisions metric as Redis's, also while Redis is down. The time left is
+// measured from when Redis was asked, so it is never longer than Redis's
+// own answer would be; refunds of the key given by other replicas
+// meanwhile are not seen, and cost it at most that many intervals of
+// wait. When the denial ends, one request asks Redis and the others wait
+// for the next interval, as Redis would have them do.
+//
 // When Redis fails or does not answer within WithTimeout (or ctx ends
 // first), the failure policy decides, and the error is nil: the decision
 // was made, only not by Redis. The error is non-nil only for the empty key
@@ -374,8 +430,19 @@ func (l *Limiter) AllowContext(ctx context.Context, key string) (ratelimit.Decis
 	if key == "" {
 		return ratelimit.Decision{}, ratelimit.ErrEmptyKey
 	}
+	now := l.nanos()
+	wait, claimed := l.mem.deniedFor(key, now, l.interval*1000, l.window*1000)
+	if wait > 0 {
+		l.count(SourceRedis, false)
+		return ratelimit.Decision{RetryAfter: time.Duration(wait)}, nil
+	}
 	if l.tryRedis() {
 		d, err := l.allowRedis(ctx, key)
+		if err != nil && claimed {
+			// Redis did not admit the request the others wait behind: they
+			// go to the failure policy, as with no denial remembered.
+			l.mem.forgetDenial(key)
+		}
 		if err != nil && ctx.Err() != nil {
 			// The caller gave up: that says nothing of Redis.
 			l.probing.Store(false)
@@ -383,6 +450,9 @@ func (l *Limiter) AllowContext(ctx context.Context, key string) (ratelimit.Decis
 			l.noteResult(err)
 		}
 		if err == nil {
+			if !d.Allowed && d.RetryAfter > 0 {
+				l.mem.deny(key, now, now+int64(d.RetryAfter))
+			}
 			l.count(SourceRedis, d.Allowed)
 			return d, nil
 		}
@@ -476,8 +546,19 @@ func (l *Limiter) count(source string, allowed bool) {
 // most likely came from: to Redis while Redis answers, to the fallback
 // limiter during a backoff; it is lost if Redis fails now, which costs the
 // caller one request at most. Refund only what Allow admitted, once.
+//
+// Refunds of a key are themselves held to the quota's rate and burst, in
+// this process: beyond that, the request stays counted. Otherwise a
+// caller whose calls a later check rejects (say, while the server is at
+// its concurrency limit) would never run out of quota, and each of its
+// calls would cost Redis two round trips however many it sent. A caller
+// that sends no more than its quota, refunded calls included, loses no
+// refund.
 func (l *Limiter) Refund(key string) {
 	if key == "" {
+		return
+	}
+	if !l.mem.refund(key, l.nanos(), l.interval*1000, l.window*1000) {
 		return
 	}
 	if l.downUntil.Load() == 0 {

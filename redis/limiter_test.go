@@ -74,6 +74,7 @@ func TestConfigErrors(t *testing.T) {
 		{"zero timeout", ok, 1, 1, []Option{WithTimeout(0)}, "redis: WithTimeout(0s): must be > 0"},
 		{"negative backoff", ok, 1, 1, []Option{WithBackoff(-time.Second)}, "redis: WithBackoff(-1s): must be > 0"},
 		{"nil fallback", ok, 1, 1, []Option{WithFallback(nil)}, "redis: WithFallback: the limiter is nil; use WithFailOpen or WithFailClosed for no fallback limiter"},
+		{"no local memory", ok, 1, 1, []Option{WithMaxLocalKeys(0)}, "redis: WithMaxLocalKeys(0): must be >= 1; the memory is what spares Redis the calls of callers over their quota"},
 		{"all", noCtx, -1, -1, []Option{WithTimeout(-1)}, "redis: WithTimeout(-1ns): must be > 0\n" + errContextTimeout.Error() +
 			"\nredis: rate is -1, must be a number in [1e-09, 1e+06]\nredis: burst is -1, must be >= 1"},
 	} {

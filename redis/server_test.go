@@ -17,10 +17,17 @@ import (
 )
 
 // replica starts a gRPC server on loopback TCP whose per-caller quota is
-// l, and returns a client of it.
+// l, keyed by the x-api-key header, and returns a client of it.
 func replica(t *testing.T, l *Limiter) testpb.TestServiceClient {
 	t.Helper()
-	srv, err := interceptor.NewServer(interceptor.WithCallerLimiter(interceptor.MetadataKey("x-api-key"), l))
+	return serve(t, interceptor.WithCallerLimiter(interceptor.MetadataKey("x-api-key"), l))
+}
+
+// serve starts a gRPC server on loopback TCP with the interceptors of
+// opts, and returns a client of it.
+func serve(t *testing.T, opts ...interceptor.Option) testpb.TestServiceClient {
+	t.Helper()
+	srv, err := interceptor.NewServer(opts...)
 	require.NoError(t, err)
 	gs := grpc.NewServer(srv.ServerOptions()...)
 	testpb.RegisterTestServiceServer(gs, &testpb.Service{})

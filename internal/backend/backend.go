@@ -16,6 +16,10 @@ type Backend interface {
 	// ctx's error if ctx ends before the call completes; work already
 	// started is not interrupted (FIFO) or is abandoned (ProcessorSharing).
 	Do(ctx context.Context) error
+	// DoFor performs one call that needs d of service at full speed
+	// instead of a draw from the distribution: a service whose methods
+	// differ in cost sharing one pool. d must be positive.
+	DoFor(ctx context.Context, d time.Duration) error
 	// SetCapacity changes the number of calls served at full speed.
 	SetCapacity(c int) error
 	// Capacity returns the current capacity.
@@ -112,6 +116,13 @@ func (s *sampler) next() time.Duration {
 	return time.Duration(s.rng.ExpFloat64() * m)
 }
 
+func checkWork(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("backend: a call's service time is %v, must be positive", d)
+	}
+	return nil
+}
+
 func checkConfig(c int, s time.Duration) error {
 	if c < 1 {
 		return fmt.Errorf("backend: capacity is %d, must be at least 1", c)
@@ -154,7 +165,19 @@ func NewFIFO(c int, s time.Duration) (*FIFO, error) {
 }
 
 // Do implements Backend.
-func (b *FIFO) Do(ctx context.Context) error {
+func (b *FIFO) Do(ctx context.Context) error { return b.do(ctx, 0) }
+
+// DoFor implements Backend.
+func (b *FIFO) DoFor(ctx context.Context, d time.Duration) error {
+	if err := checkWork(d); err != nil {
+		return err
+	}
+	return b.do(ctx, d)
+}
+
+// do serves one call of service time d, or of a draw made when its
+// service starts if d is 0.
+func (b *FIFO) do(ctx context.Context, d time.Duration) error {
 	var start time.Time
 	b.mu.Lock()
 	if b.busy < b.capacity && len(b.queue) == 0 {
@@ -180,7 +203,10 @@ func (b *FIFO) Do(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	end := start.Add(b.draw.next())
+	if d == 0 {
+		d = b.draw.next()
+	}
+	end := start.Add(d)
 	timer := time.NewTimer(time.Until(end) + b.late)
 	<-timer.C
 	b.mu.Lock()
@@ -281,8 +307,18 @@ func NewProcessorSharing(c int, s time.Duration) (*ProcessorSharing, error) {
 }
 
 // Do implements Backend.
-func (b *ProcessorSharing) Do(ctx context.Context) error {
-	j := &psJob{remaining: b.draw.next().Seconds(), done: make(chan struct{})}
+func (b *ProcessorSharing) Do(ctx context.Context) error { return b.do(ctx, b.draw.next()) }
+
+// DoFor implements Backend.
+func (b *ProcessorSharing) DoFor(ctx context.Context, d time.Duration) error {
+	if err := checkWork(d); err != nil {
+		return err
+	}
+	return b.do(ctx, d)
+}
+
+func (b *ProcessorSharing) do(ctx context.Context, d time.Duration) error {
+	j := &psJob{remaining: d.Seconds(), done: make(chan struct{})}
 	b.mu.Lock()
 	b.advanceLocked(time.Now())
 	b.jobs[j] = struct{}{}

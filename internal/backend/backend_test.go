@@ -82,6 +82,41 @@ func TestProcessorSharing(t *testing.T) {
 	})
 }
 
+// DoFor serves calls of different costs from one pool: a fast call queues
+// behind a slow one in FIFO and shares the processor with it in PS.
+func TestDoFor(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		kind string
+		want []time.Duration // slow (40 ms), then fast (5 ms), one worker
+	}{
+		{"fifo", []time.Duration{40 * ms, 45 * ms}},
+		{"ps", []time.Duration{45 * ms, 10 * ms}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, err := New(tt.kind, 1, 10*ms, Constant)
+				require.NoError(t, err)
+				start := time.Now()
+				got := make([]time.Duration, 2)
+				var wg sync.WaitGroup
+				for i, d := range []time.Duration{40 * ms, 5 * ms} {
+					wg.Go(func() {
+						assert.NoError(t, b.DoFor(context.Background(), d))
+						got[i] = time.Since(start)
+					})
+					synctest.Wait() // arrive in order
+				}
+				wg.Wait()
+				assert.Equal(t, tt.want, got)
+				assert.EqualError(t, b.DoFor(context.Background(), 0),
+					"backend: a call's service time is 0s, must be positive")
+			})
+		})
+	}
+}
+
 func TestDistributions(t *testing.T) {
 	cvs := map[Dist]float64{Constant: 0, Uniform: 0.29, Exponential: 1, Bimodal: 2, Lognormal: 1.8}
 	for _, d := range []Dist{Constant, Uniform, Exponential, Bimodal, Lognormal} {
