@@ -282,7 +282,15 @@ func (l *loadReporter) unary(next grpc.UnaryServerInterceptor) grpc.UnaryServerI
 // stream is unary's counterpart for streams.
 func (l *loadReporter) stream(next grpc.StreamServerInterceptor) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		r := l.c.tab.Load().lookup(info.FullMethod)
+		// Routed as Server.stream routes it: a method grpc-go hands to
+		// grpc.UnknownServiceHandler (srv is nil) is named by the caller
+		// and must not get a limiter, a route or a load of its own.
+		var r *route
+		if srv == nil {
+			r = l.c.tab.Load().lookupOther(info.FullMethod)
+		} else {
+			r = l.c.tab.Load().lookup(info.FullMethod)
+		}
 		g := r.gate
 		if g == nil {
 			return next(srv, ss, info, handler)
