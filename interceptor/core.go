@@ -32,8 +32,9 @@ type core struct {
 	// is returned and every call is rejected.
 	released func()
 	rejected func(reason string)
-	// onReject, set by WithLoadReports, learns why each call was rejected.
-	onReject func(ctx context.Context, reason string)
+	// onReject, set by WithLoadReports, learns why each call of g was
+	// rejected.
+	onReject func(ctx context.Context, g *gate, reason string)
 }
 
 func newCore(side string, opts []Option) (*core, error) {
@@ -243,7 +244,7 @@ func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 	} else {
 		c.metrics.rejected(ctx, r.attrs, reason)
 		if c.onReject != nil {
-			c.onReject(ctx, reason)
+			c.onReject(ctx, r.gate, reason)
 		}
 	}
 	if c.rejected != nil {
