@@ -219,16 +219,7 @@ func (c *core) acquire(ctx context.Context, r *route, wait bool) (limiter.Token,
 func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 	s := r.gate.state()
 	c.rejectedFor(ctx, r, reason)
-	whose := ""
-	if reason == reasonPriority {
-		whose = " for its priority"
-	}
-	rej := &rejection{
-		err: status.Errorf(codes.ResourceExhausted,
-			"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",
-			c.side, r.method, s.Limit, whose, s.Inflight, s.Queued),
-		pushback: NoPushback,
-	}
+	rej := &rejection{err: c.limitError(r, s, reason), pushback: NoPushback}
 	if c.side == "server" {
 		// Only a server sends a pushback; a client's own rejection never
 		// reaches the network. No permit is held here: a PushbackFunc
@@ -236,6 +227,18 @@ func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 		rej.pushback = r.t.pushback(s)
 	}
 	return rej
+}
+
+// limitError is the RESOURCE_EXHAUSTED status of a call of r rejected at
+// the concurrency limit, for reason, when the limiter was in state s.
+func (c *core) limitError(r *route, s LimiterState, reason string) error {
+	whose := ""
+	if reason == reasonPriority {
+		whose = " for its priority"
+	}
+	return status.Errorf(codes.ResourceExhausted,
+		"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",
+		c.side, r.method, s.Limit, whose, s.Inflight, s.Queued)
 }
 
 func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
