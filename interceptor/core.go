@@ -32,8 +32,9 @@ type core struct {
 	// is returned and every call is rejected.
 	released func()
 	rejected func(reason string)
-	// onReject, set by WithLoadReports, learns why each call was rejected.
-	onReject func(ctx context.Context, reason string)
+	// onReject, set by WithLoadReports, learns why each call of g was
+	// rejected.
+	onReject func(ctx context.Context, g *gate, reason string)
 }
 
 func newCore(side string, opts []Option) (*core, error) {
@@ -218,16 +219,7 @@ func (c *core) acquire(ctx context.Context, r *route, wait bool) (limiter.Token,
 func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 	s := r.gate.state()
 	c.rejectedFor(ctx, r, reason)
-	whose := ""
-	if reason == reasonPriority {
-		whose = " for its priority"
-	}
-	rej := &rejection{
-		err: status.Errorf(codes.ResourceExhausted,
-			"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",
-			c.side, r.method, s.Limit, whose, s.Inflight, s.Queued),
-		pushback: NoPushback,
-	}
+	rej := &rejection{err: c.limitError(r, s, reason), pushback: NoPushback}
 	if c.side == "server" {
 		// Only a server sends a pushback; a client's own rejection never
 		// reaches the network. No permit is held here: a PushbackFunc
@@ -237,13 +229,25 @@ func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 	return rej
 }
 
+// limitError is the RESOURCE_EXHAUSTED status of a call of r rejected at
+// the concurrency limit, for reason, when the limiter was in state s.
+func (c *core) limitError(r *route, s LimiterState, reason string) error {
+	whose := ""
+	if reason == reasonPriority {
+		whose = " for its priority"
+	}
+	return status.Errorf(codes.ResourceExhausted,
+		"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",
+		c.side, r.method, s.Limit, whose, s.Inflight, s.Queued)
+}
+
 func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 	if r.gate.dryRun.Load() {
 		c.metrics.rejectedDry(ctx, r.attrs, reason)
 	} else {
 		c.metrics.rejected(ctx, r.attrs, reason)
 		if c.onReject != nil {
-			c.onReject(ctx, reason)
+			c.onReject(ctx, r.gate, reason)
 		}
 	}
 	if c.rejected != nil {

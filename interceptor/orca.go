@@ -18,8 +18,11 @@ import (
 // ORCA load reports, so that a client balancing over a fleet with gRPC's
 // weighted_round_robin policy sends less to the servers that shed. Each
 // limiter protects one process; the reports are how its limit reaches the
-// clients of the whole fleet. Every limited call, rejected ones included,
-// carries in its trailer the figures of the limiter it went through:
+// clients of the whole fleet. Every limited call that reaches the
+// interceptors, rejected ones included, carries in its trailer the figures
+// of the limiter it went through (a call WithEarlyRejection's tap rejects
+// carries none, grpc-go sends its status bare, but it counts in the
+// figures of the calls that follow):
 //
 //   - application_utilization: (in flight + queued) / limit, averaged
 //     over the calls of the last one to two seconds. weighted_round_robin
@@ -30,15 +33,21 @@ import (
 //     law is limit / latency: the throughput the server sustains.
 //   - eps: the calls per second that failed for overload: rejected by the
 //     limiter (its limit, a priority's share, the method's rate, a queue
-//     wait the server made too long), or admitted and then late by the
-//     server's doing or failed with an error the Classifier takes for a
-//     drop. weighted_round_robin turns it into a penalty: weight = qps /
-//     (utilization + eps/qps × penalty), so a server that sheds, or whose
-//     limit is still too high to keep its calls in time, gets less. What a
-//     caller brings on itself (its own quota, WithCallerRateLimit; its
-//     cancellations; deadlines shorter than the server's calls take, by the
-//     rule of Server) does not count: one caller must not steer the
-//     fleet's traffic away from a healthy server.
+//     wait the server made too long), in the interceptors or in the tap,
+//     or admitted and then late by the server's doing or failed with an
+//     error the Classifier takes for a drop. weighted_round_robin turns it
+//     into a penalty: weight = qps / (utilization + eps/qps × penalty), so
+//     a server that sheds, or whose limit is still too high to keep its
+//     calls in time, gets less. What a caller brings on itself (its own
+//     quota, WithCallerRateLimit; its cancellations; deadlines shorter
+//     than the server's calls take, by the rule of Server) does not count:
+//     one caller must not steer the fleet's traffic away from a healthy
+//     server. A flood one caller sends into a shared limit does count:
+//     its calls compete for the permits and the rate every caller shares,
+//     so while it lasts this server does turn away the calls of others,
+//     and their clients do well to send them elsewhere. To keep one
+//     caller's flood out of eps, give callers a quota: the calls it
+//     refuses spend nothing shared and are not counted.
 //
 // Server.ServerOptions then installs orca.CallMetricsServerOption(nil)
 // ahead of sluice's interceptors; if you install the interceptors yourself,
@@ -64,12 +73,18 @@ type loadReporter struct {
 }
 
 func newLoadReporter(c *core) *loadReporter {
-	c.onReject = func(ctx context.Context, reason string) {
+	l := &loadReporter{c: c, now: time.Now}
+	c.onReject = func(ctx context.Context, g *gate, reason string) {
 		if lc, ok := ctx.Value(loadCallKey{}).(*loadCall); ok {
-			lc.reason = reason
+			lc.reason = reason // the interceptor reports the call
+			return
 		}
+		// Rejected in WithEarlyRejection's tap: no interceptor sees the
+		// call, and grpc-go sends its status without a trailer, so it is
+		// counted here and reported by the calls that follow.
+		l.load(g).rejected(l.now(), overloadRejection(g, reason, time.Time{}), utilization(g))
 	}
-	return &loadReporter{c: c, now: time.Now}
+	return l
 }
 
 // A loadCall carries, in a call's context, what the limiter decided.
@@ -93,12 +108,12 @@ func (s *loadStream) Context() context.Context { return s.ctx }
 // deadline that ran out in the queue faster than the server's calls take
 // (see serverLate) are the caller's doing: counted, they would let one
 // caller steer the whole fleet's traffic away from a healthy server.
-func overloadRejection(g *gate, lc *loadCall) bool {
-	switch lc.reason {
+func overloadRejection(g *gate, reason string, arrived time.Time) bool {
+	switch reason {
 	case reasonLimit, reasonPriority, reasonRate:
 		return true
 	case reasonDeadline:
-		return serverLate(g, lc.arrived)
+		return serverLate(g, arrived)
 	}
 	return false
 }
@@ -273,7 +288,7 @@ func (l *loadReporter) unary(next grpc.UnaryServerInterceptor) grpc.UnaryServerI
 			return resp, err
 		})
 		if !ran && err != nil {
-			report(ctx, gl.rejected(l.now(), overloadRejection(g, lc), utilization(g)))
+			report(ctx, gl.rejected(l.now(), overloadRejection(g, lc.reason, lc.arrived), utilization(g)))
 		}
 		return resp, err
 	}
@@ -282,7 +297,15 @@ func (l *loadReporter) unary(next grpc.UnaryServerInterceptor) grpc.UnaryServerI
 // stream is unary's counterpart for streams.
 func (l *loadReporter) stream(next grpc.StreamServerInterceptor) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		r := l.c.tab.Load().lookup(info.FullMethod)
+		// Routed as Server.stream routes it: a method grpc-go hands to
+		// grpc.UnknownServiceHandler (srv is nil) is named by the caller
+		// and must not get a limiter, a route or a load of its own.
+		var r *route
+		if srv == nil {
+			r = l.c.tab.Load().lookupOther(info.FullMethod)
+		} else {
+			r = l.c.tab.Load().lookup(info.FullMethod)
+		}
 		g := r.gate
 		if g == nil {
 			return next(srv, ss, info, handler)
@@ -301,7 +324,7 @@ func (l *loadReporter) stream(next grpc.StreamServerInterceptor) grpc.StreamServ
 			return err
 		})
 		if !ran && err != nil {
-			report(ss.Context(), gl.rejected(l.now(), overloadRejection(g, lc), utilization(g)))
+			report(ss.Context(), gl.rejected(l.now(), overloadRejection(g, lc.reason, lc.arrived), utilization(g)))
 		}
 		return err
 	}

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,4 +71,38 @@ func TestAttackLoadReportsShortDeadlines(t *testing.T) {
 	r := loadReportOf(t, tr)
 	require.NotNil(t, r)
 	assert.Zero(t, r.GetEps(), "a caller's own deadlines made the server report errors to everyone")
+}
+
+// TestAttackUnknownMethodsLoadReports is a caller that calls made-up
+// methods of a server with an UnknownServiceHandler and load reports:
+// every name must go to the one "_OTHER" limiter.
+func TestAttackUnknownMethodsLoadReports(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []Option
+	}{
+		{"load reports", []Option{WithLoadReports()}},
+		{"and early rejection", []Option{WithLoadReports(), WithEarlyRejection()}},
+		{"and a dry run", []Option{WithLoadReports(), WithDryRun()}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, &testpb.Service{}, envConfig{noClient: true,
+				server:     tt.opts,
+				serverOpts: []grpc.ServerOption{grpc.UnknownServiceHandler(drainUnknown)}})
+			const names = 200
+			for i := range names {
+				method := fmt.Sprintf("/attacker.Svc/Method%d", i)
+				require.NoError(t, e.conn.Invoke(t.Context(), method, &testpb.UnaryRequest{}, &testpb.UnaryResponse{}), method)
+				e.awaitRelease(t, "server")
+			}
+			got := limiterNames(e.srv.core)
+			assert.Len(t, got, 1, "%d made-up names made %d limiters", names, len(got))
+			assert.Contains(t, got, otherMethod)
+			assert.Empty(t, *e.srv.tab.Load().routes.Load(), "routes made for made-up names")
+			n := 0
+			e.srv.load.loads.Range(func(any, any) bool { n++; return true })
+			assert.Equal(t, 1, n, "loads kept for made-up names")
+		})
+	}
 }

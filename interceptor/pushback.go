@@ -34,9 +34,11 @@ type LimiterState struct {
 //	NoPushback  no trailer: the caller's retry policy applies its
 //	            ordinary exponential backoff
 //
-// Only a Server calls it, once per rejection, with no permit held: a
-// PushbackFunc that panics fails the rejected call (the panic goes on to
-// a recovery interceptor outside sluice) and costs no permit.
+// Only a Server calls it, once per rejection, in its interceptors, with no
+// permit held: a PushbackFunc that panics fails the rejected call (the
+// panic goes on to a recovery interceptor outside sluice) and costs no
+// permit. It is not called for the calls WithEarlyRejection's tap rejects,
+// whose status grpc-go sends without a trailer.
 type PushbackFunc func(LimiterState) time.Duration
 
 // Special PushbackFunc results; see PushbackFunc.

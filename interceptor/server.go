@@ -228,14 +228,8 @@ func (w *watchedStream) failedWith(err error) bool {
 // took, or a new one. It returns when the call arrived.
 func (s *Server) admitServer(ctx context.Context, r *route) (limiter.Token, time.Time, *rejection) {
 	if s.early {
-		if p := claimEarly(ctx); p != nil {
-			if p.r.gate == r.gate {
-				return p.tok, p.arrived, nil
-			}
-			// A Reload moved the method between tap and interceptor:
-			// give the permit back where it came from and start over.
-			s.release(ctx, p.r, &p.tok, limiter.Ignored, false)
-			p.ch.refund()
+		if tok, rej, ok := s.admitEarly(ctx, r); ok {
+			return tok, tok.Granted(), rej
 		}
 	}
 	// A call that may wait in the queue arrives before its grant. Any

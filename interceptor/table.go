@@ -41,6 +41,9 @@ type gate struct {
 	// dryLog is when a dry-run rejection was last logged (UnixNano), and
 	// dryCount how many happened since.
 	dryLog, dryCount atomic.Int64
+	// panicLog is when a panic of user code in the tap was last logged
+	// (UnixNano): see Server.tapPanicked.
+	panicLog atomic.Int64
 	// rtt is a moving average of the RTT of admitted unary calls that
 	// answered OK, in nanoseconds (see core.settle): the basis of the
 	// default pushback and of the server's late rule. Concurrent updates may overwrite each
