@@ -318,6 +318,11 @@ func (l *loadReporter) stream(next grpc.StreamServerInterceptor) grpc.StreamServ
 			ran = true
 			report(ss.Context(), gl.record(l.now(), false, utilization(g)))
 			err := handler(srv, ss)
+			// ss is the limiting interceptor's watchedStream: a failure of
+			// the caller's own bytes is not the server's (see Server).
+			if ws, ok := ss.(*watchedStream); ok && ws.failedWith(err) {
+				return err
+			}
 			if failedForOverload(ss.Context(), r, lc, Result{FullMethod: info.FullMethod, Err: err, Stream: true}) {
 				gl.fail(l.now())
 			}

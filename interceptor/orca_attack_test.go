@@ -106,3 +106,33 @@ func TestAttackUnknownMethodsLoadReports(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackLoadReportsOversizeStreams is a caller whose stream messages
+// are over the server's receive maximum: grpc-go refuses them with
+// RESOURCE_EXHAUSTED, which the handler returns. The caller's bytes caused
+// it (see TestAttackOversizeStreams): an honest caller's report must show
+// no errors.
+func TestAttackLoadReportsOversizeStreams(t *testing.T) {
+	e := newEnv(t, &testpb.Service{}, envConfig{
+		noClient:   true,
+		server:     []Option{WithLoadReports()},
+		serverOpts: []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg)},
+	})
+	for range 10 {
+		st, err := e.client.ClientStream(t.Context())
+		require.NoError(t, err)
+		_ = st.Send(&testpb.ClientStreamRequest{Payload: big})
+		_, err = st.CloseAndRecv()
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "the attack's call: %v", err)
+		e.awaitRelease(t, "server")
+	}
+	var tr metadata.MD
+	st, err := e.client.ClientStream(t.Context(), grpc.Trailer(&tr))
+	require.NoError(t, err)
+	require.NoError(t, st.Send(&testpb.ClientStreamRequest{}))
+	_, err = st.CloseAndRecv()
+	require.NoError(t, err)
+	r := loadReportOf(t, tr)
+	require.NotNil(t, r)
+	assert.Zero(t, r.GetEps(), "one caller's oversize messages made the server report errors to everyone")
+}

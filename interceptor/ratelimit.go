@@ -103,8 +103,10 @@ func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
 // counts one call of key (an error means no decision could be made, and
 // the call is let through; the concurrency limit still protects), and
 // Refund gives back a call Allow admitted that a later check rejected.
-// Both are called on the path of every call, concurrently: they must be
-// safe for concurrent use and bounded in time.
+// Both are called by the interceptors for every call, concurrently: they
+// must be safe for concurrent use and bounded in time. They are never
+// called on a connection's reader (WithEarlyRejection's tap), which must
+// not wait on a remote store.
 //
 // The point is to put the quota somewhere else than in this process, for
 // example in a store shared by every replica (see the redis module), so
