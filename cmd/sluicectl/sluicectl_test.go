@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -47,9 +48,20 @@ func operator(context.Context, string) (string, error) { return "test-operator",
 // that a limiter exists.
 func serve(t *testing.T, lis net.Listener, limit int, opts ...admin.Option) *server {
 	t.Helper()
+	return serveTLS(t, lis, limit, nil, insecure.NewCredentials(), opts...)
+}
+
+// serveTLS is serve with the server's TLS creds, and the test's own
+// client's.
+func serveTLS(t *testing.T, lis net.Listener, limit int, srvCreds grpc.ServerOption, creds credentials.TransportCredentials, opts ...admin.Option) *server {
+	t.Helper()
 	limits, err := interceptor.NewServer(interceptor.WithDefault(interceptor.Limit{Algorithm: interceptor.Fixed(limit)}))
 	require.NoError(t, err)
-	gs := grpc.NewServer(limits.ServerOptions()...)
+	srvOpts := limits.ServerOptions()
+	if srvCreds != nil {
+		srvOpts = append(srvOpts, srvCreds)
+	}
+	gs := grpc.NewServer(srvOpts...)
 	testpb.RegisterTestServiceServer(gs, &testpb.Service{})
 	if len(opts) > 0 {
 		opts = append(opts, admin.WithLogger(slog.New(slog.DiscardHandler))) // the audit log
@@ -63,7 +75,7 @@ func serve(t *testing.T, lis net.Listener, limit int, opts ...admin.Option) *ser
 	if lis.Addr().Network() == "unix" {
 		target = "unix://" + target
 	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
 	require.NoError(t, err)
 	stop := sync.OnceFunc(func() {
 		assert.NoError(t, conn.Close())
