@@ -17,7 +17,10 @@ import (
 	"github.com/sluice-go/sluice/internal/loadgen"
 )
 
-var shapes = flag.Bool("shapes", false, "run TestShapes: the default limit beside a fixed C+8 on every latency shape and load, in virtual time (a few minutes)")
+var (
+	shapes    = flag.Bool("shapes", false, "run TestShapes: the default limit beside a fixed C+8 on every latency shape and load, in virtual time (a few minutes)")
+	shapesAlg = flag.String("shapes.alg", "aimd", "TestShapes: the algorithm beside C+8: aimd (the default), vegas or gradient2")
+)
 
 // A shapeRun is one load held against one backend and one algorithm.
 type shapeRun struct {
@@ -41,10 +44,19 @@ func runShape(t *testing.T, r shapeRun, c int, s time.Duration) shapeResult {
 	be, err := backend.New(r.kind, c, s, r.dist)
 	require.NoError(t, err)
 	var opts []Option
-	if r.fixed > 0 {
+	switch {
+	case r.fixed > 0:
 		f, err := NewFixed(r.fixed)
 		require.NoError(t, err)
 		opts = append(opts, WithAlgorithm(f))
+	case *shapesAlg == "vegas":
+		v, err := NewVegas(VegasConfig{})
+		require.NoError(t, err)
+		opts = append(opts, WithAlgorithm(v))
+	case *shapesAlg == "gradient2":
+		g, err := NewGradient2(Gradient2Config{})
+		require.NoError(t, err)
+		opts = append(opts, WithAlgorithm(g))
 	}
 	lim, err := New(opts...)
 	require.NoError(t, err)
@@ -142,7 +154,7 @@ func TestShapes(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		var out strings.Builder
-		fmt.Fprintf(&out, "C = %d, S = %v, means of %d seeds; default | fixed C+8\n\n", c, s, seeds)
+		fmt.Fprintf(&out, "C = %d, S = %v, means of %d seeds; %s | fixed C+8\n\n", c, s, seeds, *shapesAlg)
 		fmt.Fprintln(&out, "| case | good | p99/S | rejected | limit/C | C+8 good | p99/S | rejected |")
 		fmt.Fprintln(&out, "|---|---:|---:|---:|---:|---:|---:|---:|")
 		for _, k := range order {
