@@ -185,6 +185,10 @@ func ConfigOptions(c *sluicev1.Config) ([]Option, error) {
 				ps.add(np, "%s", fault.fileMessage())
 				continue
 			}
+			if fault := linkedFault(n.GetService(), n.GetMethod()); fault != "" {
+				ps.add(np, "cannot be served: %s", fault)
+				continue
+			}
 			full := "/" + n.GetService() + "/" + n.GetMethod()
 			prev, dup := seen[full]
 			switch {
