@@ -198,9 +198,18 @@ func (c *core) acquire(ctx context.Context, r *route, wait bool) (limiter.Token,
 	case !wait:
 		return limiter.Token{}, c.reject(ctx, r, reasonLimit)
 	}
+	// sluice.queue.wait holds the calls that waited. A full queue rejects
+	// at once, and a call whose context ended before it came is not
+	// queued: under overload, their ~0 samples would be most of the
+	// histogram and hide the waits. (Acquire does not say whether an
+	// ErrLimitExceeded came at once or to a waiter when an override set
+	// the limit to 0; that rare wait is not recorded.)
+	doneBefore := ctx.Err() != nil
 	start := time.Now()
 	tok, err := g.lim.Acquire(ctx)
-	c.metrics.recordWait(ctx, r.attrs, time.Since(start))
+	if !doneBefore && !errors.Is(err, limiter.ErrLimitExceeded) {
+		c.metrics.recordWait(ctx, r.attrs, time.Since(start))
+	}
 	switch {
 	case err == nil:
 		return tok, nil
