@@ -3,6 +3,8 @@ package interceptor
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,4 +109,35 @@ func TestUncheckedNamesAfterCheckRegistered(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	require.Len(t, lines, 1, "CheckRegistered reported /shop.v1.Admin/ already: %s", logs.String())
 	assert.Contains(t, lines[0], "name=/shop.v1.Audit/")
+}
+
+// TestCheckRegisteredCreatesLimiters: after CheckRegistered, every
+// registered method that is not exempt has its limiter before its first
+// call, and keeps one across a Reload that changes its entry.
+func TestCheckRegisteredCreatesLimiters(t *testing.T) {
+	s, err := NewServer(WithMethod(serverStreamMethod, fixed(3)), WithExempt(bidiMethod))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	gs := grpc.NewServer(s.ServerOptions()...)
+	testpb.RegisterTestServiceServer(gs, &testpb.Service{})
+	defer gs.Stop()
+	assert.Empty(t, s.Limiters(), "no call yet")
+
+	require.NoError(t, s.CheckRegistered(gs))
+	limits := func() map[string]int {
+		out := map[string]int{}
+		for _, l := range s.Limiters() {
+			out[l.Name] = l.Limit
+		}
+		return out
+	}
+	all := []string{"sluice.test.v1.TestService/Unary", "sluice.test.v1.TestService/ServerStream", "sluice.test.v1.TestService/ClientStream"}
+	got := limits()
+	assert.ElementsMatch(t, all, slices.Collect(maps.Keys(got)), "Bidi is exempt")
+	assert.Equal(t, 3, got["sluice.test.v1.TestService/ServerStream"])
+
+	require.NoError(t, s.Reload(WithMethod(serverStreamMethod, fixed(4))))
+	got = limits()
+	assert.ElementsMatch(t, all, slices.Collect(maps.Keys(got)))
+	assert.Equal(t, 4, got["sluice.test.v1.TestService/ServerStream"])
 }

@@ -301,9 +301,23 @@ const lateFactor = 2
 // rule out; CheckRegistered also catches a service that is linked but not
 // registered, or has no protobuf definition. Once it has run, the Server
 // does not log the warning of WithMethod at its first call.
+//
+// It also creates the limiter of every method srv serves that is not
+// exempt (and Reload creates them again), so that Limiters, the admin
+// service and the metrics show them from the start rather than from each
+// method's first call.
 func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 	info := srv.GetServiceInfo()
+	var served []string
+	for service, si := range info {
+		for _, m := range si.Methods {
+			served = append(served, "/"+service+"/"+m.Name)
+		}
+	}
+	sort.Strings(served)
+	s.served.Store(&served)
 	t := s.tab.Load()
+	t.prepare(&served)
 	// Checked here, exactly: no warning at the first call, nor of these
 	// names after a Reload.
 	t.checked.Store(true)

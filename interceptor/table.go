@@ -354,6 +354,16 @@ func (t *table) lookup(fullMethod string) *route {
 	return t.create(fullMethod)
 }
 
+// prepare makes the routes (and so the limiters) of methods, if not nil.
+func (t *table) prepare(methods *[]string) {
+	if methods == nil {
+		return
+	}
+	for _, m := range *methods {
+		t.lookup(m)
+	}
+}
+
 // existing returns the route of fullMethod if a call has already made it,
 // else nil; it never creates one, so a name no call of a registered method
 // has used costs nothing.
