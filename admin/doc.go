@@ -20,6 +20,15 @@
 //	...
 //	sluicev1.RegisterLimitsServiceServer(adminServer, svc)
 //
+// Limiters are named as the metrics' sluice.limiter attribute names them:
+// "pkg.Svc/Method", "pkg.Svc/" for a service entry, "_OTHER". Requests
+// may also name a method as code does, with a leading '/'. A method's
+// limiter exists from its first call, or from the start once the server
+// has called interceptor.Server.CheckRegistered. The service needs the
+// *interceptor.Server of interceptor.NewServer, not the options of
+// interceptor.ServerOptions. Register reflection beside it for grpcurl
+// (see ExampleWithUnixSocketPeers).
+//
 // Every override and clear is logged with log/slog (WithLogger), naming
 // the caller, the limiter, the limit and how long it holds; so are
 // refused calls, at most 10 a second with a count of those left out, and

@@ -9,14 +9,21 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/admin"
 	"github.com/sluice-go/sluice/interceptor"
+	"github.com/sluice-go/sluice/internal/testpb"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
 )
 
@@ -91,4 +98,74 @@ func ExampleNewService_closed() {
 	fmt.Println(err)
 	// Output:
 	// admin: the limits service admits no one until told who may use it: create it with admin.NewService and WithTLSClients, WithUnixSocketPeers or WithAuthorizer
+}
+
+// The README's path: the admin service on a Unix socket that only
+// operators can reach, with reflection so that grpcurl can call it, and
+// CheckRegistered so that every method's limiter is listed from the start
+// (and a configured name the server does not serve is an error).
+func ExampleWithUnixSocketPeers() {
+	limits, err := interceptor.NewServer() // not ServerOptions(): the admin service needs the *Server
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(limits.ServerOptions()...)
+	testpb.RegisterTestServiceServer(srv, &testpb.Service{}) // every service, then:
+	if err := limits.CheckRegistered(srv); err != nil {
+		log.Fatal(err)
+	}
+
+	svc, err := admin.NewService(limits, admin.WithUnixSocketPeers())
+	if err != nil {
+		log.Fatal(err)
+	}
+	ops := grpc.NewServer()
+	sluicev1.RegisterLimitsServiceServer(ops, svc)
+	reflection.Register(ops) // for grpcurl
+	// In production, a directory only operators can reach.
+	dir, err := os.MkdirTemp("", "sluice-admin")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "admin.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = ops.Serve(lis); close(done) }()
+
+	// What grpcurl -plaintext -unix admin.sock sluice.v1.LimitsService/ListLimits
+	// and .../SetOverride do:
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := sluicev1.NewLimitsServiceClient(conn)
+	list, err := client.ListLimits(context.Background(), &sluicev1.ListLimitsRequest{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range list.GetLimiters() {
+		fmt.Println(l.GetName())
+	}
+	set, err := client.SetOverride(context.Background(), &sluicev1.SetOverrideRequest{
+		Name: "/sluice.test.v1.TestService/Unary", Limit: 2, Ttl: durationpb.New(10 * time.Minute)}) // with or without the leading '/'
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(set.GetLimiter().GetName(), set.GetLimiter().GetLimit())
+
+	_ = conn.Close()
+	ops.Stop()
+	<-done
+	srv.Stop()
+	_ = limits.Close()
+	// Output:
+	// sluice.test.v1.TestService/Bidi
+	// sluice.test.v1.TestService/ClientStream
+	// sluice.test.v1.TestService/ServerStream
+	// sluice.test.v1.TestService/Unary
+	// sluice.test.v1.TestService/Unary 2
 }

@@ -289,7 +289,9 @@ func sameFigures(a, b interceptor.LimiterState) bool {
 	return a.Limit == b.Limit && a.Inflight == b.Inflight && a.Queued == b.Queued && a.OverrideUntil.Equal(b.OverrideUntil)
 }
 
-// SetOverride implements sluicev1.LimitsServiceServer. Every attempt is
+// SetOverride implements sluicev1.LimitsServiceServer. The name is the
+// limiter's as ListLimits gives it, "pkg.Svc/Method", or the method's
+// "/pkg.Svc/Method"; so for ClearOverride and SetDryRun. Every attempt is
 // logged with the caller.
 func (s *Service) SetOverride(ctx context.Context, req *sluicev1.SetOverrideRequest) (*sluicev1.SetOverrideResponse, error) {
 	attrs := append(nameAttrs(req.GetName()), slog.Int64("limit", int64(req.GetLimit())), slog.Duration("ttl", req.GetTtl().AsDuration()))
@@ -301,7 +303,7 @@ func (s *Service) SetOverride(ctx context.Context, req *sluicev1.SetOverrideRequ
 	err = s.setOverride(req)
 	if err != nil {
 		s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: override failed", append(attrs, slog.String("error", status.Convert(err).Message()))...)
-		return nil, err
+		return nil, hinted(err)
 	}
 	s.logger().LogAttrs(ctx, slog.LevelInfo, "sluice admin: limit overridden", attrs...)
 	l, err := s.find(req.GetName())
@@ -318,7 +320,7 @@ func (s *Service) setOverride(req *sluicev1.SetOverrideRequest) error {
 	if err := req.GetTtl().CheckValid(); err != nil {
 		return status.Errorf(codes.InvalidArgument, "ttl: %v", err)
 	}
-	if err := s.limits.SetOverride(req.GetName(), int(req.GetLimit()), req.GetTtl().AsDuration()); err != nil {
+	if err := s.limits.SetOverride(limiterName(req.GetName()), int(req.GetLimit()), req.GetTtl().AsDuration()); err != nil {
 		return toStatusError(err)
 	}
 	return nil
@@ -333,10 +335,10 @@ func (s *Service) ClearOverride(ctx context.Context, req *sluicev1.ClearOverride
 		return nil, err
 	}
 	attrs = append([]slog.Attr{slog.String("caller", caller), slog.String("peer", peerAddr(ctx))}, attrs...)
-	if err := s.limits.ClearOverride(req.GetName()); err != nil {
+	if err := s.limits.ClearOverride(limiterName(req.GetName())); err != nil {
 		err = toStatusError(err)
 		s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: clear failed", append(attrs, slog.String("error", status.Convert(err).Message()))...)
-		return nil, err
+		return nil, hinted(err)
 	}
 	s.logger().LogAttrs(ctx, slog.LevelInfo, "sluice admin: override cleared", attrs...)
 	l, err := s.find(req.GetName())
@@ -355,10 +357,10 @@ func (s *Service) SetDryRun(ctx context.Context, req *sluicev1.SetDryRunRequest)
 		return nil, err
 	}
 	attrs = append([]slog.Attr{slog.String("caller", caller), slog.String("peer", peerAddr(ctx))}, attrs...)
-	if err := s.limits.SetDryRun(req.GetName(), req.GetDryRun()); err != nil {
+	if err := s.limits.SetDryRun(limiterName(req.GetName()), req.GetDryRun()); err != nil {
 		err = toStatusError(err)
 		s.logger().LogAttrs(ctx, slog.LevelWarn, "sluice admin: dry run switch failed", append(attrs, slog.String("error", status.Convert(err).Message()))...)
-		return nil, err
+		return nil, hinted(err)
 	}
 	s.logger().LogAttrs(ctx, slog.LevelInfo, "sluice admin: dry run switched", attrs...)
 	l, err := s.find(req.GetName())
@@ -368,14 +370,34 @@ func (s *Service) SetDryRun(ctx context.Context, req *sluicev1.SetDryRunRequest)
 	return &sluicev1.SetDryRunResponse{Limiter: l}, nil
 }
 
+// limiterName is the limiter a request names. Limiters are named as
+// metrics name methods, "pkg.Svc/Method", and code as gRPC does,
+// "/pkg.Svc/Method": both are accepted.
+func limiterName(name string) string { return strings.TrimPrefix(name, "/") }
+
 func (s *Service) find(name string) (*sluicev1.LimiterStatus, error) {
+	name = limiterName(name)
 	now := time.Now()
 	for _, l := range s.limits.Limiters() {
 		if l.Name == name {
 			return toStatus(l, now), nil
 		}
 	}
-	return nil, status.Errorf(codes.NotFound, "admin: no limiter %q", name)
+	return nil, status.Errorf(codes.NotFound, "admin: no limiter %q; %s", name, unknownHint)
+}
+
+// unknownHint is what a caller that named no live limiter is told.
+const unknownHint = `ListLimits lists the live ones, named "package.Service/Method", ` +
+	`"package.Service/" for a service entry or "_OTHER"; a method's limiter exists from its first call ` +
+	`(or from the start if the server called interceptor.Server.CheckRegistered)`
+
+// hinted adds to a NotFound what the caller should have named; the audit
+// log keeps the short message.
+func hinted(err error) error {
+	if st := status.Convert(err); st.Code() == codes.NotFound {
+		return status.Error(codes.NotFound, st.Message()+"; "+unknownHint)
+	}
+	return err
 }
 
 func toStatusError(err error) error {

@@ -124,7 +124,7 @@ func TestBadRequests(t *testing.T) {
 		{"no ttl", &sluicev1.SetOverrideRequest{Name: unaryLimiter, Limit: 1}, codes.InvalidArgument,
 			"ttl: required: how long the override holds"},
 		{"unknown limiter", &sluicev1.SetOverrideRequest{Name: "x", Limit: 1, Ttl: durationpb.New(time.Minute)}, codes.NotFound,
-			`interceptor: no limiter of that name: "x"`},
+			`interceptor: no limiter of that name: "x"; ` + unknownHint},
 		{"negative limit", &sluicev1.SetOverrideRequest{Name: unaryLimiter, Limit: -3, Ttl: durationpb.New(time.Minute)}, codes.InvalidArgument,
 			`interceptor: override of "sluice.test.v1.TestService/Unary": limiter: pinned limit is -3, must be in [0, 1048576]`},
 		{"ttl too long", &sluicev1.SetOverrideRequest{Name: unaryLimiter, Limit: 1, Ttl: durationpb.New(48 * time.Hour)}, codes.InvalidArgument,
@@ -195,4 +195,50 @@ func TestNewServiceErrors(t *testing.T) {
 			assert.EqualError(t, err, tt.err)
 		})
 	}
+}
+
+// TestLeadingSlash: a limiter is found by the name code gives its method,
+// "/pkg.Svc/Method", as well as by the name ListLimits shows.
+func TestLeadingSlash(t *testing.T) {
+	c := start(t, WithAuthorizer(operator))
+	set, err := c.SetOverride(t.Context(), &sluicev1.SetOverrideRequest{Name: "/" + unaryLimiter, Limit: 2, Ttl: durationpb.New(time.Hour)})
+	require.NoError(t, err)
+	assert.Equal(t, unaryLimiter, set.GetLimiter().GetName())
+	assert.Equal(t, int32(2), set.GetLimiter().GetLimit())
+	dry, err := c.SetDryRun(t.Context(), &sluicev1.SetDryRunRequest{Name: "/" + unaryLimiter, DryRun: true})
+	require.NoError(t, err)
+	assert.True(t, dry.GetLimiter().GetDryRun())
+	cleared, err := c.ClearOverride(t.Context(), &sluicev1.ClearOverrideRequest{Name: "/" + unaryLimiter})
+	require.NoError(t, err)
+	assert.Equal(t, int32(5), cleared.GetLimiter().GetLimit())
+
+	_, err = c.SetOverride(t.Context(), &sluicev1.SetOverrideRequest{Name: "//" + unaryLimiter, Limit: 2, Ttl: durationpb.New(time.Hour)})
+	assert.Equal(t, codes.NotFound, status.Code(err), "one slash, not any number")
+	assert.Contains(t, status.Convert(err).Message(), "ListLimits lists the live ones")
+}
+
+// TestListedFromTheStart: with CheckRegistered, ListLimits shows every
+// registered method's limiter before any call.
+func TestListedFromTheStart(t *testing.T) {
+	limits, err := interceptor.NewServer()
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, limits.Close()) }()
+	svc, err := NewService(limits, WithAuthorizer(operator))
+	require.NoError(t, err)
+	gs := grpc.NewServer(limits.ServerOptions()...)
+	testpb.RegisterTestServiceServer(gs, &testpb.Service{})
+	sluicev1.RegisterLimitsServiceServer(gs, svc)
+	defer gs.Stop()
+	require.NoError(t, limits.CheckRegistered(gs))
+
+	resp, err := svc.ListLimits(t.Context(), &sluicev1.ListLimitsRequest{})
+	require.NoError(t, err)
+	var names []string
+	for _, l := range resp.GetLimiters() {
+		names = append(names, l.GetName())
+	}
+	assert.ElementsMatch(t, []string{
+		"sluice.test.v1.TestService/Unary", "sluice.test.v1.TestService/ServerStream",
+		"sluice.test.v1.TestService/ClientStream", "sluice.test.v1.TestService/Bidi",
+	}, names, "the admin service itself is exempt")
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -28,6 +29,8 @@ import (
 // algorithm, a queue, a rate limit, a priority, exempt, dry run), a
 // per-caller quota, the priority header and a global dry run; everything
 // else is set in code. testdata/config/example.json sets every field.
+// Durations take protobuf's JSON form, seconds with an "s" suffix:
+// "0.050s", not "50ms".
 // Unknown fields are rejected, and so is every out-of-range value, by the
 // same checks NewServer applies to options (see ConfigOptions): the error
 // is a *ConfigError naming the file and listing its problems.
@@ -133,13 +136,38 @@ func cfgParse(data []byte, file string) ([]Option, error) {
 			where += " " + file
 		}
 		// The message quotes the offending token, which may be the file.
-		return nil, &cutError{msg: "interceptor: " + where + ": " + cfgCut(err.Error()), err: err}
+		return nil, &cutError{msg: "interceptor: " + where + ": " + cfgCut(err.Error()) + durationHint(err.Error()), err: err}
 	}
 	opts, err := ConfigOptions(&pb)
 	if ce := (*ConfigError)(nil); errors.As(err, &ce) {
 		ce.File = file
 	}
 	return opts, err
+}
+
+// durationHint says how to write the duration protojson's message msg
+// refuses, if it refuses one: protojson reads only seconds with an "s"
+// suffix, where a Go programmer writes "50ms".
+func durationHint(msg string) string {
+	const bad = "invalid google.protobuf.Duration value "
+	i := strings.LastIndex(msg, bad)
+	if i < 0 {
+		return ""
+	}
+	const form = `: write a duration as seconds with an "s" suffix, such as "0.050s" or "60s"`
+	v, err := strconv.Unquote(msg[i+len(bad):])
+	if err != nil {
+		return form
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return form
+	}
+	hint := fmt.Sprintf(`: write a duration as seconds with an "s" suffix: %q`, strconv.FormatFloat(d.Seconds(), 'f', -1, 64)+"s")
+	if len(v) <= 32 { // the message quotes it already, cut
+		hint += " for " + v
+	}
+	return hint
 }
 
 // cutError is err with a message of bounded length.
@@ -183,6 +211,10 @@ func ConfigOptions(c *sluicev1.Config) ([]Option, error) {
 			np := fmt.Sprintf("%s.name[%d]", path, j)
 			if fault := checkName(n.GetService(), n.GetMethod()); fault.kind != nameOK {
 				ps.add(np, "%s", fault.fileMessage())
+				continue
+			}
+			if fault := linkedFault(n.GetService(), n.GetMethod()); fault != "" {
+				ps.add(np, "cannot be served: %s", fault)
 				continue
 			}
 			full := "/" + n.GetService() + "/" + n.GetMethod()
@@ -684,9 +716,8 @@ func cfgCheckHeader(ps *cfgProblems, path, h string) {
 	}
 }
 
-// cfgCheckName checks one {service, method} and returns its full name,
-
-// time.Duration and returns it. A nil d is 0.
+// cfgCheckDuration checks that d, at path, is a valid duration within the
+// range of a time.Duration and returns it. A nil d is 0.
 func cfgCheckDuration(ps *cfgProblems, path string, d *durationpb.Duration) (time.Duration, bool) {
 	if d == nil {
 		return 0, true

@@ -586,3 +586,23 @@ func TestConfigDryRun(t *testing.T) {
 	_, err := ParseConfig([]byte(`{"default": {"exempt": true, "dry_run": true}}`))
 	assert.ErrorContains(t, err, "default.exempt: true conflicts with dry_run")
 }
+
+// TestConfigDurationHint: protojson reads a Duration only as seconds with
+// an "s" suffix, and its own message does not say so.
+func TestConfigDurationHint(t *testing.T) {
+	tests := []struct{ value, want string }{
+		{`"50ms"`, `invalid google.protobuf.Duration value "50ms": write a duration as seconds with an "s" suffix: "0.05s" for 50ms`},
+		{`"1m30s"`, `invalid google.protobuf.Duration value "1m30s": write a duration as seconds with an "s" suffix: "90s" for 1m30s`},
+		{`"5"`, `invalid google.protobuf.Duration value "5": write a duration as seconds with an "s" suffix, such as "0.050s" or "60s"`},
+		{`"` + strings.Repeat("1s", 1000) + `"`, `write a duration as seconds with an "s" suffix: "1000s"`},
+	}
+	for _, tt := range tests {
+		_, err := ParseConfig([]byte(`{"default": {"queue": {"target": ` + tt.value + `}}}`))
+		require.Error(t, err)
+		assert.True(t, strings.HasPrefix(err.Error(), "interceptor: config: proto: "), err.Error())
+		assert.True(t, strings.HasSuffix(err.Error(), tt.want), err.Error())
+		assert.Less(t, len(err.Error()), len("interceptor: config: ")+maxProblemMessage+100, "bounded")
+	}
+	_, err := ParseConfig([]byte(`{"default": {"queue": {"target": "0.050s"}}}`))
+	assert.NoError(t, err)
+}

@@ -35,6 +35,10 @@ type core struct {
 	// onReject, set by WithLoadReports, learns why each call of g was
 	// rejected.
 	onReject func(ctx context.Context, g *gate, reason string)
+	// served are the methods CheckRegistered found registered
+	// ("/pkg.Svc/Method"), whose limiters exist from the start and are
+	// made again by each Reload.
+	served atomic.Pointer[[]string]
 }
 
 func newCore(side string, opts []Option) (*core, error) {
@@ -145,6 +149,7 @@ func (c *core) Reload(opts ...Option) error {
 	old.retired = true
 	c.metrics.setGates(kept)
 	c.tab.Store(nt)
+	nt.prepare(c.served.Load())
 	return nil
 }
 
@@ -198,9 +203,18 @@ func (c *core) acquire(ctx context.Context, r *route, wait bool) (limiter.Token,
 	case !wait:
 		return limiter.Token{}, c.reject(ctx, r, reasonLimit)
 	}
+	// sluice.queue.wait holds the calls that waited. A full queue rejects
+	// at once, and a call whose context ended before it came is not
+	// queued: under overload, their ~0 samples would be most of the
+	// histogram and hide the waits. (Acquire does not say whether an
+	// ErrLimitExceeded came at once or to a waiter when an override set
+	// the limit to 0; that rare wait is not recorded.)
+	doneBefore := ctx.Err() != nil
 	start := time.Now()
 	tok, err := g.lim.Acquire(ctx)
-	c.metrics.recordWait(ctx, r.attrs, time.Since(start))
+	if !doneBefore && !errors.Is(err, limiter.ErrLimitExceeded) {
+		c.metrics.recordWait(ctx, r.attrs, time.Since(start))
+	}
 	switch {
 	case err == nil:
 		return tok, nil
@@ -335,7 +349,8 @@ func (c *core) Close() error { return c.metrics.close() }
 
 // Limiters returns a snapshot of every live limiter, in creation order,
 // one per name. Limiters are created on a method's first call, so a method
-// never called has none yet; after a Reload, a limiter that no call can
+// never called has none yet, unless Server.CheckRegistered has created the
+// limiters of every registered method; after a Reload, a limiter that no call can
 // reach any more is no longer listed (calls it admitted still return their
 // permits to it).
 func (c *core) Limiters() []LimiterState {

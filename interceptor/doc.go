@@ -109,7 +109,7 @@
 //	sluice.queue.length  up-down counter {request}  calls waiting for a permit
 //	sluice.requests      counter         {request}  decisions and outcomes
 //	sluice.rtt           histogram       s          unary calls' permit time
-//	sluice.queue.wait    histogram       s          time spent queued
+//	sluice.queue.wait    histogram       s          time spent queued, by calls that waited
 //
 // with rpc.system.name = "grpc", rpc.method = "pkg.Svc/Method" (semantic
 // conventions v1.43), sluice.side, sluice.limiter, and on sluice.requests

@@ -130,35 +130,71 @@ func TestMetricsTimeEveryCall(t *testing.T) {
 	})
 }
 
+// TestMetricsQueueWait: sluice.queue.wait records the calls that waited,
+// and only those: with a full queue, each immediate rejection used to add
+// a 0 sample, so that under overload the median wait read as 0.
 func TestMetricsQueueWait(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, provider.Shutdown(context.Background())) }()
-	s, err := NewServer(WithMeterProvider(provider), WithDefault(Limit{Algorithm: Fixed(1), Queue: limiter.FixedQueue(1)}))
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, s.Close()) }()
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		defer func() { require.NoError(t, provider.Shutdown(context.Background())) }()
+		s, err := NewServer(WithMeterProvider(provider), WithDefault(Limit{Algorithm: Fixed(1), Queue: limiter.FixedQueue(2)}))
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, s.Close()) }()
 
-	r := s.tab.Load().lookup(unaryMethod)
-	tok, rej := s.admit(t.Context(), r)
-	require.Nil(t, rej)
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	_, rej = s.admit(ctx, r)
-	require.NotNil(t, rej)
-	assert.Equal(t, codes.Canceled, status.Code(rej.err))
-	s.finish(t.Context(), r, &tok, Result{})
+		r := s.tab.Load().lookup(unaryMethod)
+		tok, rej := s.admit(t.Context(), r)
+		require.Nil(t, rej)
 
-	got := collect(t, reader)
-	wait := got["sluice.queue.wait"].(metricdata.Histogram[float64])
-	require.Len(t, wait.DataPoints, 1)
-	assert.Equal(t, uint64(1), wait.DataPoints[0].Count)
-	var reasons []string
-	for _, dp := range got["sluice.requests"].(metricdata.Sum[int64]).DataPoints {
-		if v, ok := dp.Attributes.Value("sluice.reason"); ok {
-			reasons = append(reasons, v.AsString())
+		// Two calls wait: one is served after 30ms, one gives up after 10ms.
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			tok, rej := s.admit(t.Context(), r)
+			if assert.Nil(t, rej) {
+				s.finish(t.Context(), r, &tok, Result{})
+			}
+		})
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+		defer cancel()
+		wg.Go(func() {
+			_, rej := s.admit(ctx, r)
+			if assert.NotNil(t, rej) {
+				assert.Equal(t, codes.DeadlineExceeded, status.Code(rej.err))
+			}
+		})
+		synctest.Wait()
+		require.Equal(t, 2, r.gate.lim.QueueLen())
+
+		// The queue is full: these are rejected at once, without waiting.
+		const full = 50
+		for range full {
+			_, rej := s.admit(t.Context(), r)
+			require.NotNil(t, rej)
+			require.Equal(t, codes.ResourceExhausted, status.Code(rej.err))
 		}
-	}
-	assert.Equal(t, []string{"canceled"}, reasons)
+		// A call whose context ended before it came never queues.
+		gone, cancelGone := context.WithCancel(t.Context())
+		cancelGone()
+		_, rej = s.admit(gone, r)
+		require.NotNil(t, rej)
+
+		time.Sleep(30 * time.Millisecond)
+		s.finish(t.Context(), r, &tok, Result{})
+		wg.Wait()
+
+		got := collect(t, reader)
+		wait := got["sluice.queue.wait"].(metricdata.Histogram[float64])
+		require.Len(t, wait.DataPoints, 1)
+		assert.Equal(t, uint64(2), wait.DataPoints[0].Count, "the two calls that waited, not the %d rejected at once", full+1)
+		assert.InDelta(t, 0.040, wait.DataPoints[0].Sum, 1e-9, "10ms + 30ms")
+		reasons := map[string]int64{}
+		for _, dp := range got["sluice.requests"].(metricdata.Sum[int64]).DataPoints {
+			if v, ok := dp.Attributes.Value("sluice.reason"); ok {
+				reasons[v.AsString()] += dp.Value
+			}
+		}
+		assert.Equal(t, map[string]int64{"limit": full, "deadline": 1, "canceled": 1}, reasons)
+	})
 }
 
 func withoutTimes[N int64 | float64](dps []metricdata.DataPoint[N]) []metricdata.DataPoint[N] {

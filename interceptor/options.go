@@ -200,12 +200,20 @@ func WithDefault(l Limit) Option {
 // service config: a method entry wins over its service's entry, which wins
 // over the default. All methods of a service entry share one limiter.
 // Naming an entry of DefaultExempt replaces its exemption.
+//
+// A name that cannot be served is an error of NewServer: a method that
+// its service's protobuf definition, linked into the program, does not
+// declare (a typo such as "/pkg.Svc/Getitem"), or a service that differs
+// from a linked one only in case. A service whose definition is not
+// linked cannot be checked that way; a Server logs a warning for each
+// such name at its first call, unless Server.CheckRegistered has checked
+// the names against the grpc.Server.
 func WithMethod(name string, l Limit) Option {
 	return func(c *config) { c.methods = append(c.methods, namedLimit{name, l, c.layer}) }
 }
 
-// WithExempt exempts methods or services (names as for WithMethod) from
-// limiting, in addition to DefaultExempt.
+// WithExempt exempts methods or services (names as for WithMethod, and
+// checked as they are) from limiting, in addition to DefaultExempt.
 func WithExempt(names ...string) Option {
 	return func(c *config) {
 		for _, n := range names {
@@ -283,8 +291,9 @@ func WithDryRun() Option {
 }
 
 // WithLogger sets where sluice logs what an operator must know of: the
-// rejections of a dry run (at most one line per limiter per second).
-// Default: slog.Default().
+// rejections of a dry run (at most one line per limiter per second) and,
+// at a Server's first call, the configured names it could not check (see
+// WithMethod). Default: slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }

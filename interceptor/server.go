@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,9 @@ import (
 type Server struct {
 	*core
 	load *loadReporter // nil without WithLoadReports
+
+	warnMu sync.Mutex
+	warned map[string]bool // configured names warned of (see warnUnchecked)
 }
 
 // NewServer returns a Server configured by opts. Invalid options (a
@@ -66,6 +70,11 @@ func NewServer(opts ...Option) (*Server, error) {
 //	opts, err := interceptor.ServerOptions()
 //	...
 //	srv := grpc.NewServer(opts...)
+//
+// A configured name that cannot be served is an error, or, if it cannot be
+// checked before services are registered, a warning logged at the first
+// call (see WithMethod); NewServer and Server.CheckRegistered check names
+// against the grpc.Server itself.
 //
 // Put sluice before interceptors that do real work (auth, logging may go
 // first) so rejected calls cost little, and after a recovery interceptor
@@ -112,7 +121,11 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 }
 
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-	r := s.tab.Load().lookup(info.FullMethod)
+	t := s.tab.Load()
+	if !t.checked.Load() {
+		s.warnUnchecked(ctx, t, info.FullMethod, true)
+	}
+	r := t.lookup(info.FullMethod)
 	if r.gate == nil {
 		return handler(ctx, req)
 	}
@@ -138,14 +151,18 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 }
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	t := s.tab.Load()
+	if !t.checked.Load() {
+		s.warnUnchecked(ss.Context(), t, info.FullMethod, srv != nil)
+	}
 	var r *route
 	if srv == nil {
 		// grpc-go passes no service implementation for the calls it hands
 		// to grpc.UnknownServiceHandler: the method is not registered and
 		// its name is the caller's choice.
-		r = s.tab.Load().lookupOther(info.FullMethod)
+		r = t.lookupOther(info.FullMethod)
 	} else {
-		r = s.tab.Load().lookup(info.FullMethod)
+		r = t.lookup(info.FullMethod)
 	}
 	if r.gate == nil {
 		return handler(srv, ss)
@@ -279,9 +296,39 @@ const lateFactor = 2
 // registering every service:
 //
 //	if err := limits.CheckRegistered(srv); err != nil { ... }
+//
+// NewServer already refuses names that the linked protobuf definitions
+// rule out; CheckRegistered also catches a service that is linked but not
+// registered, or has no protobuf definition. Once it has run, the Server
+// does not log the warning of WithMethod at its first call.
+//
+// It also creates the limiter of every method srv serves that is not
+// exempt (and Reload creates them again), so that Limiters, the admin
+// service and the metrics show them from the start rather than from each
+// method's first call.
 func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 	info := srv.GetServiceInfo()
+	var served []string
+	for service, si := range info {
+		for _, m := range si.Methods {
+			served = append(served, "/"+service+"/"+m.Name)
+		}
+	}
+	sort.Strings(served)
+	s.served.Store(&served)
 	t := s.tab.Load()
+	t.prepare(&served)
+	// Checked here, exactly: no warning at the first call, nor of these
+	// names after a Reload.
+	t.checked.Store(true)
+	s.warnMu.Lock()
+	for _, name := range t.unchecked {
+		if s.warned == nil {
+			s.warned = map[string]bool{}
+		}
+		s.warned[name] = true
+	}
+	s.warnMu.Unlock()
 	var unknown []string
 	for name := range t.methods {
 		service, method, _ := strings.Cut(name[1:], "/")

@@ -287,13 +287,15 @@ func TestMethodPrecedenceOverGRPC(t *testing.T) {
 func TestCheckRegistered(t *testing.T) {
 	s, err := NewServer(
 		WithMethod(unaryMethod, fixed(1)),
-		WithMethod("/sluice.test.v1.TestService/Unray", fixed(1)),
+		// Declared by the linked definition, but not registered.
+		WithMethod(bidiMethod, fixed(1)),
+		// No linked definition to check it by.
 		WithMethod("/sluice.test.v1.TestServcie/", fixed(1)),
 	)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	err = s.CheckRegistered(grpcServerInfo{"sluice.test.v1.TestService": {"Unary"}})
-	assert.EqualError(t, err, "interceptor: configured but not served by this server: /sluice.test.v1.TestServcie/, /sluice.test.v1.TestService/Unray")
+	assert.EqualError(t, err, "interceptor: configured but not served by this server: /sluice.test.v1.TestServcie/, /sluice.test.v1.TestService/Bidi")
 }
 
 // grpcServerInfo fakes a server's registered services.

@@ -122,6 +122,13 @@ type table struct {
 	// limiters it still creates, for calls that read it just before, are
 	// not reported, since no later call can reach them.
 	retired bool
+
+	// unchecked lists the configured names that the protobuf registry
+	// could not check (see linkedFault); checked is set once a Server has
+	// warned of them, or CheckRegistered has checked them against the
+	// grpc.Server, or there are none.
+	unchecked []string
+	checked   atomic.Bool
 }
 
 // entry is one configured method or service.
@@ -265,6 +272,13 @@ func newTable(c *config) (*table, error) {
 				errs = append(errs, err)
 				return
 			}
+			if fault := linkedFault(service, method); fault != "" {
+				errs = append(errs, fmt.Errorf("interceptor: method name %q cannot be served: %s", name, fault))
+				return
+			}
+			if !linked(service) && !isDefaultExempt(name) {
+				t.unchecked = append(t.unchecked, name)
+			}
 		}
 		e := &entry{name: name, limit: l}
 		if method == "" {
@@ -282,6 +296,7 @@ func newTable(c *config) (*table, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	t.checked.Store(len(t.unchecked) == 0)
 	empty, none := map[string]*route{}, map[string]*route{}
 	t.routes.Store(&empty)
 	t.others.Store(&none)
@@ -337,6 +352,16 @@ func (t *table) lookup(fullMethod string) *route {
 		return r
 	}
 	return t.create(fullMethod)
+}
+
+// prepare makes the routes (and so the limiters) of methods, if not nil.
+func (t *table) prepare(methods *[]string) {
+	if methods == nil {
+		return
+	}
+	for _, m := range *methods {
+		t.lookup(m)
+	}
 }
 
 // existing returns the route of fullMethod if a call has already made it,

@@ -149,7 +149,9 @@ func (r results) writeChart(w io.Writer) error {
 			limMax = max(limMax, float64(s.Limit), float64(s.Inflight))
 		}
 		if len(limit) > 0 {
-			if err := addLine(lim, "limit", limit, colSluice, 2, nil); err != nil {
+			// A limit is a ceiling, not a count: without a word, a limit
+			// above the capacity line reads as a fault.
+			if err := addLine(lim, "limit (a ceiling: a little above C on purpose)", limit, colSluice, 2, nil); err != nil {
 				return err
 			}
 			if err := addLine(lim, "in flight", inflight, colInflight, 1, nil); err != nil {

@@ -227,6 +227,8 @@ func (r results) writeMarkdown(w io.Writer) error {
 	p("![goodput, p99 and sluice's limit over time](chart.png)")
 	p("")
 	p("Top: goodput per second of both runs, and the ideal (dashed). Middle: p99 latency of the good calls per second. Bottom: the sluice run's live limit and calls in flight, sampled every %v, with the backend's capacity (dashed). The per-second series are in seconds.csv.", sampleEvery)
+	p("")
+	p("The limit sits above the capacity line on purpose. It is a ceiling on the calls in flight, not a count of them: a limit of exactly C loses goodput to bursts of arrivals, so the adaptive limit settles a little above C (a short queue forms in the backend, see docs/design.md), and it comes down only when calls queue too long or fail. The in-flight line is what the backend holds, in its workers and its queue.")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -223,7 +223,7 @@ func verdicts(o options, phases []phaseSpec, runs []*runResult, rows [][]phaseRo
 			row := rows[ri][i]
 			if p.Load <= 1 {
 				if r.Sluice {
-					out = append(out, fmt.Sprintf("%s, %s (no overload): goodput %.1f%% of ideal, p99 %s, rejected %.1f%% (unprotected: %.1f%%, p99 %s)",
+					out = append(out, fmt.Sprintf("%s, %s (no overload): goodput %.1f%% of ideal, p99 %s, %.1f%% of calls rejected (the unprotected run: goodput %.1f%% of ideal, p99 %s)",
 						r.Name, p.Name, row.GoodPct(), fmtP99(row.P99, o.S), row.RejectedPct(), rows[0][i].GoodPct(), fmtP99(rows[0][i].P99, o.S)))
 				}
 				continue
