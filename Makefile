@@ -96,10 +96,12 @@ bench-overload:
 ## limiter at 0.8x to 5x; each with sluice's and failsafe-go's defaults
 ## and a static C+8. Same settings as bench-overload, plus a table of the
 ## three side by side judged against issue 29's targets; writes
-## bench-out/overload-shapes.md. 126 runs: about 42 minutes on 2 cores at
-## the defaults, 7 with MATRIX_REPS=1 MATRIX_SCALE=0.5. MATRIX_RUN narrows
-## it, e.g. MATRIX_RUN=bimodal, MATRIX_RUN=lognormal or MATRIX_RUN=methods
-## (about 14, 14 and 11 minutes at the defaults).
+## bench-out/overload-shapes.md. 126 runs: 39 minutes on 2 cores at the
+## defaults, 7 with MATRIX_REPS=1 MATRIX_SCALE=0.5. MATRIX_RUN narrows it,
+## e.g. MATRIX_RUN=bimodal, MATRIX_RUN=lognormal or MATRIX_RUN=methods
+## (about 10, 10 and 8 minutes at the defaults). The 5x rows offer 4000
+## calls/s: on a busy machine (see the load average in the report) every
+## row, the static one too, can lose a repetition to deadlines.
 bench-shapes:
 	@$(MAKE) --no-print-directory bench-overload MATRIX_RUN='$(or $(MATRIX_RUN),^shape)' MATRIX_FILE=overload-shapes
 

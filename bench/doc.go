@@ -75,7 +75,7 @@
 // bench-overload` runs it (about 18 minutes) into
 // bench-out/overload-matrix.md. Its latency-shape scenarios, whose names
 // start with "shape", run only when -matrix.run names them (`make
-// bench-shapes`, about 42 minutes): exponential, bimodal and lognormal
+// bench-shapes`, about 39 minutes): exponential, bimodal and lognormal
 // service times from 0.5× to 5×, the quota on bimodal and lognormal
 // times, and two methods of different speeds on one pool behind one
 // service limiter, each beside a static C+8 and summarized against issue

@@ -693,6 +693,7 @@ type matrixSettings struct {
 	phase, skip time.Duration
 	commit      string
 	elapsed     time.Duration
+	load        [2]string // the machine's load average at the start and the end
 	failedCalls int64
 }
 
@@ -718,8 +719,8 @@ func runMatrix(ctx context.Context, t testing.TB, scs []scenario, reps int, phas
 				}
 				failed += r.failed
 				m := measure(sc, r)
-				t.Logf("rep %d/%d | %s | %s | goodput/ideal %.2f | p99 %.0f ms | rejected %.1f %% | deadline %.1f %% | CPU %.1f s | lag %.0f ms",
-					rep+1, reps, sc.name, p.name, m.goodRatio, m.p99, m.rejected, m.deadline, m.cpu, m.lag)
+				t.Logf("rep %d/%d | %s | %s | goodput/ideal %.2f | p99 %.0f ms | rejected %.1f %% | deadline %.1f %% | CPU %.1f s | lag %.0f ms | load average %s",
+					rep+1, reps, sc.name, p.name, m.goodRatio, m.p99, m.rejected, m.deadline, m.cpu, m.lag, overload.LoadAverage())
 				if r.failed > 0 {
 					t.Logf("  %d calls failed other than by rejection, deadline or quota", r.failed)
 				}
@@ -764,7 +765,7 @@ func TestOverloadMatrix(t *testing.T) {
 	}
 	phase := time.Duration(*matrixScale * float64(matrixPhase))
 	skip := time.Duration(*matrixScale * float64(matrixSkip))
-	start := time.Now()
+	start, load0 := time.Now(), overload.LoadAverage()
 	rows, failed, err := runMatrix(context.Background(), t, scs, *matrixReps, phase, skip, *matrixFrontier)
 	if err != nil {
 		t.Fatal(err)
@@ -772,7 +773,7 @@ func TestOverloadMatrix(t *testing.T) {
 	var md strings.Builder
 	writeMatrixReport(&md, rows, matrixSettings{
 		reps: *matrixReps, phase: phase, skip: skip, commit: *matrixCommit, elapsed: time.Since(start),
-		failedCalls: failed,
+		failedCalls: failed, load: [2]string{load0, overload.LoadAverage()},
 	})
 	fmt.Print(md.String())
 	if *matrixOut != "" {
@@ -918,8 +919,14 @@ func writeMatrixReport(w io.Writer, rows []matrixRow, s matrixSettings) {
 		commit = "unknown"
 	}
 	fmt.Fprintf(w, "Commit %s; %s, %d cores (GOMAXPROCS %d); %d repetition(s), each figure the median over them; "+
-		"phases of %v, the first %v of each left out of the summary (warm-up), except in the step scenarios; took %.1f min.\n\n",
+		"phases of %v, the first %v of each left out of the summary (warm-up), except in the step scenarios; took %.1f min",
 		commit, runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), s.reps, s.phase, s.skip, s.elapsed.Minutes())
+	if s.load[0] != "" {
+		// A busy machine starves client and server alike: every row,
+		// the static one included, then loses goodput to deadlines.
+		fmt.Fprintf(w, "; the machine's 1-minute load average was %s at the start and %s at the end (the log gives it per run)", s.load[0], s.load[1])
+	}
+	fmt.Fprintf(w, ".\n\n")
 	fmt.Fprintf(w, "Real gRPC over TCP on 127.0.0.1, client and server in one process, a fresh backend, server and connection "+
 		"for every run; open-loop Poisson arrivals (seeded by repetition, the same for every protection); deadline 10·S per call. "+
 		"Backends of C = %d workers: fifo (C workers behind an unbounded queue) or ps (processor sharing: all calls progress at "+
