@@ -31,15 +31,20 @@ type shapeRun struct {
 	cold   bool // the load from the first call, no warm-up
 	fixed  int  // a fixed limit; 0 for the default algorithm
 	seed   uint64
+	// duration of the load, after 3 s at half load (unless cold); 0 is 20 s.
+	duration time.Duration
 }
 
+// A shapeResult summarizes a run's load after its first 4 s: goodput as a
+// share of ideal, p50 and p99 of successes in service times, the shares of
+// calls the limiter rejected and the handler refused, and the mean limit
+// (over the whole run) in multiples of the capacity.
 type shapeResult struct {
-	good, p99, rejected, meanLimit float64
+	good, p50, p99, rejected, refused, meanLimit float64
 }
 
-// runShape drives a Limiter with the run's load for 20 s (after 3 s at half
-// load, unless cold) and summarizes the last 16 s. It must run inside a
-// synctest bubble.
+// runShape drives a Limiter with the run's load and summarizes it. It must
+// run inside a synctest bubble.
 func runShape(t *testing.T, r shapeRun, c int, s time.Duration) shapeResult {
 	be, err := backend.New(r.kind, c, s, r.dist)
 	require.NoError(t, err)
@@ -65,12 +70,15 @@ func runShape(t *testing.T, r shapeRun, c int, s time.Duration) shapeResult {
 	if r.cold {
 		warm = r.load * rate
 	}
+	if r.duration == 0 {
+		r.duration = 20 * time.Second
+	}
 	var n atomic.Int64
 	var limitSum, limitN float64
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
 		Phases: []loadgen.Phase{
 			{Name: "warm-up", Duration: 3 * time.Second, Rate: warm},
-			{Name: "load", Duration: 20 * time.Second, Rate: r.load * rate},
+			{Name: "load", Duration: r.duration, Rate: r.load * rate},
 		},
 		Deadline: 10 * s,
 		Seed:     r.seed,
@@ -80,6 +88,7 @@ func runShape(t *testing.T, r shapeRun, c int, s time.Duration) shapeResult {
 		},
 		Call: func(ctx context.Context) error {
 			if r.refuse > 0 && n.Add(1)%int64(r.refuse) == 0 {
+				// The handler's own refusal, before any work.
 				tok, err := lim.Acquire(ctx)
 				if err != nil {
 					return err
@@ -97,8 +106,10 @@ func runShape(t *testing.T, r shapeRun, c int, s time.Duration) shapeResult {
 	ideal := min(p.Offered, float64(c)/s.Seconds()) * (1 - float64(p.Failed)/float64(p.Calls))
 	return shapeResult{
 		good:      p.Goodput / ideal,
+		p50:       float64(p.P50) / float64(s),
 		p99:       float64(p.P99) / float64(s),
 		rejected:  float64(p.Rejected) / float64(p.Calls),
+		refused:   float64(p.Failed) / float64(p.Calls),
 		meanLimit: limitSum / max(limitN, 1) / float64(c),
 	}
 }

@@ -1,19 +1,15 @@
 package limiter
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/internal/backend"
-	"github.com/sluice-go/sluice/internal/loadgen"
 )
 
 // errQuota is a handler's own refusal: a per-caller quota, not overload.
@@ -76,65 +72,18 @@ func TestLimitHolds(t *testing.T) {
 }
 
 func runSteady(t *testing.T, tc steadyCase, c int, s time.Duration) {
-	be, err := backend.New(tc.kind, c, s, tc.dist)
-	require.NoError(t, err)
-	lim, err := New()
-	require.NoError(t, err)
-
-	// Warm up at half load, so the limit starts from what light load
-	// taught it, then hold the case's load.
-	rate := float64(c) / s.Seconds()
-	const warm = 3 * time.Second
-	warmRate := 0.5 * rate
-	if tc.cold {
-		warmRate = tc.load * rate
-	}
-	phases := []loadgen.Phase{
-		{Name: "warm-up", Duration: warm, Rate: warmRate},
-		{Name: tc.name, Duration: tc.duration, Rate: tc.load * rate},
-	}
-	var n, refused atomic.Int64
-	var limitSum, limitN float64
-	rep, err := loadgen.Run(context.Background(), loadgen.Config{
-		Phases:   phases,
-		Deadline: 10 * s,
-		Seed:     1,
-		Tick: func(loadgen.Window) {
-			limitSum += float64(lim.Limit())
-			limitN++
-		},
-		Call: func(ctx context.Context) error {
-			if tc.refuse > 0 && n.Add(1)%int64(tc.refuse) == 0 {
-				// The handler's own refusal, before any work.
-				tok, err := lim.Acquire(ctx)
-				if err != nil {
-					return err
-				}
-				refused.Add(1)
-				tok.Release(Dropped)
-				return errQuota
-			}
-			return limitedCall(ctx, lim, be)
-		},
-		Classify: classifyLimited,
-	})
-	require.NoError(t, err)
-	assert.Zero(t, lim.Inflight(), "in flight after the run")
-
-	p := rep.Phase(1, 4*time.Second)
-	ideal := min(p.Offered, float64(c)/s.Seconds()) * (1 - float64(p.Failed)/float64(p.Calls))
-	goodput := p.Goodput / ideal
-	p99 := float64(p.P99) / float64(s)
-	rejected := float64(p.Rejected) / float64(p.Calls)
-	meanLimit := limitSum / max(limitN, 1) / float64(c)
+	// Warmed up at half load, so the limit starts from what light load
+	// taught it, unless cold.
+	r := runShape(t, shapeRun{kind: tc.kind, dist: tc.dist, load: tc.load, refuse: tc.refuse,
+		cold: tc.cold, seed: 1, duration: tc.duration}, c, s)
 	t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, p50 %.2f S, rejected %.2f%%, refused %.2f%%, mean limit %.2f C",
-		100*goodput, p99, float64(p.P50)/float64(s), 100*rejected, 100*float64(p.Failed)/float64(p.Calls), meanLimit)
-	assert.GreaterOrEqual(t, goodput, tc.minGoodput, "goodput / ideal")
+		100*r.good, r.p99, r.p50, 100*r.rejected, 100*r.refused, r.meanLimit)
+	assert.GreaterOrEqual(t, r.good, tc.minGoodput, "goodput / ideal")
 	if tc.maxP99 > 0 {
-		assert.LessOrEqual(t, p99, tc.maxP99, "p99 in service times")
+		assert.LessOrEqual(t, r.p99, tc.maxP99, "p99 in service times")
 	}
-	assert.LessOrEqual(t, rejected, tc.maxRejected, "share of calls rejected by the limiter")
+	assert.LessOrEqual(t, r.rejected, tc.maxRejected, "share of calls rejected by the limiter")
 	if tc.maxLimit > 0 {
-		assert.LessOrEqual(t, meanLimit, tc.maxLimit, "mean limit in multiples of C")
+		assert.LessOrEqual(t, r.meanLimit, tc.maxLimit, "mean limit in multiples of C")
 	}
 }
