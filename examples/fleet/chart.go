@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -134,6 +135,7 @@ func (r report) writeChart(w io.Writer) error {
 	p99.Y.Max = float64((10 * r.o.S).Milliseconds())
 
 	for _, pl := range append(shares, good, rej, p99) {
+		pl.X.Tick.Marker, pl.Y.Tick.Marker = wholeTicks{}, wholeTicks{}
 		pl.X.Label.Text = xLabel
 		pl.X.Min, pl.X.Max, pl.Y.Min = 0, end, 0
 		for _, x := range bounds {
@@ -192,6 +194,20 @@ func (r report) writeChart(w io.Writer) error {
 	}
 	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 	return err
+}
+
+// wholeTicks are gonum's default ticks labelled without decimals, which
+// it adds when a range ends on a fraction.
+type wholeTicks struct{}
+
+func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+		}
+	}
+	return ts
 }
 
 func total(v []int) int {
