@@ -190,8 +190,9 @@ ci: lint check-tidy check-generate test fuzz
 demo:
 	cd examples && $(GO) run ./demo -out ../demo-out
 
-## demo-fleet: three unequal servers behind round_robin, then behind
-## weighted_round_robin fed by sluice's ORCA load reports (~1 min); writes
-## demo-out/fleet.md and fleet.png.
+## demo-fleet: three unequal servers at 0.9x their capacity, one of them
+## halved mid-run and restored, behind round_robin, then behind
+## weighted_round_robin fed by sluice's ORCA load reports (~2 min); writes
+## demo-out/fleet.md and fleet.png, per phase both balancers side by side.
 demo-fleet:
 	cd examples && $(GO) run ./fleet -out ../demo-out

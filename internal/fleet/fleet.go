@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,9 +74,15 @@ const RoundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
 type Config struct {
 	Capacities []int         // workers of each server's FIFO backend
 	Service    time.Duration // service time S of one call
-	Load       float64       // offered load, a multiple of the fleet's capacity
-	Duration   time.Duration
-	Deadline   time.Duration // of every call; 10·S if zero
+	Load       float64       // offered load, a multiple of the fleet's capacity (Capacities)
+	// Duration is the run's length when Phases is empty.
+	Duration time.Duration
+	// Phases, if set, split the run into stretches in which some servers
+	// have other capacities than Capacities, at the same offered load.
+	// Each lasts a whole number of seconds, so that every Second falls in
+	// one phase.
+	Phases   []Phase
+	Deadline time.Duration // of every call; 10·S if zero
 	// ServiceConfig picks the client's balancer: RoundRobin or
 	// WRR.ServiceConfig().
 	ServiceConfig string
@@ -87,8 +94,101 @@ type Config struct {
 	Tick func(Second)
 }
 
-// Ideal is the fleet's best goodput: the sum of capacities / S.
+// A Phase is a stretch of a run with fixed capacities.
+type Phase struct {
+	Name     string
+	Duration time.Duration
+	// Capacities are each server's workers during the phase; nil keeps
+	// Config.Capacities.
+	Capacities []int
+}
+
+// Ideal is the fleet's capacity: the sum of Capacities / S. A run's best
+// goodput is the smaller of this and what it offers; see PhaseIdeal.
 func (c Config) Ideal() float64 { return float64(sum(c.Capacities)) / c.Service.Seconds() }
+
+// Plan is the run's phases: Phases, or one phase of Duration at
+// Capacities named after the load.
+func (c Config) Plan() []Phase {
+	if len(c.Phases) > 0 {
+		return c.Phases
+	}
+	return []Phase{{Name: fmt.Sprintf("%gx", c.Load), Duration: c.Duration}}
+}
+
+// PhaseCapacities is each server's workers during phase i.
+func (c Config) PhaseCapacities(i int) []int {
+	if p := c.Plan()[i]; p.Capacities != nil {
+		return p.Capacities
+	}
+	return c.Capacities
+}
+
+// PhaseCapacity is the fleet's capacity in calls/s during phase i.
+func (c Config) PhaseCapacity(i int) float64 {
+	return float64(sum(c.PhaseCapacities(i))) / c.Service.Seconds()
+}
+
+// PhaseIdeal is the best goodput phase i allows when offered calls/s
+// arrive: min(offered, the fleet's capacity in the phase). Dividing by
+// the capacity alone would read 90 % for a perfect run at 0.9x.
+func (c Config) PhaseIdeal(i int, offered float64) float64 {
+	return min(offered, c.PhaseCapacity(i))
+}
+
+// phaseAt is the index of the phase second t falls in.
+func (c Config) phaseAt(t int) int {
+	end := time.Duration(0)
+	plan := c.Plan()
+	for i, p := range plan {
+		end += p.Duration
+		if time.Duration(t)*time.Second < end {
+			return i
+		}
+	}
+	return len(plan) - 1
+}
+
+// phaseStart is the second at which phase i begins.
+func (c Config) phaseStart(i int) int {
+	start := time.Duration(0)
+	for _, p := range c.Plan()[:i] {
+		start += p.Duration
+	}
+	return int(start / time.Second)
+}
+
+// length is the run's duration, all phases together.
+func (c Config) length() time.Duration {
+	d := time.Duration(0)
+	for _, p := range c.Plan() {
+		d += p.Duration
+	}
+	return d
+}
+
+func (c Config) validate() error {
+	if len(c.Capacities) == 0 || c.Service <= 0 || !(c.Load > 0) {
+		return errors.New("fleet: Config needs capacities, a positive service time and a positive load")
+	}
+	if len(c.Phases) == 0 && c.Duration <= 0 {
+		return fmt.Errorf("fleet: Config.Duration is %v and there are no Phases: one of them must give the run's length", c.Duration)
+	}
+	for i, p := range c.Phases {
+		if p.Duration < time.Second || p.Duration%time.Second != 0 {
+			return fmt.Errorf("fleet: phase %d (%q) lasts %v, must be a whole number of seconds, at least 1s", i, p.Name, p.Duration)
+		}
+		if p.Capacities != nil && len(p.Capacities) != len(c.Capacities) {
+			return fmt.Errorf("fleet: phase %d (%q) has %d capacities for %d servers", i, p.Name, len(p.Capacities), len(c.Capacities))
+		}
+		for j, w := range p.Capacities {
+			if w <= 0 {
+				return fmt.Errorf("fleet: phase %d (%q) gives server %d %d workers, must be positive", i, p.Name, j+1, w)
+			}
+		}
+	}
+	return nil
+}
 
 // Rate is the offered load in calls per second.
 func (c Config) Rate() float64 { return c.Load * c.Ideal() }
@@ -108,11 +208,20 @@ type Second struct {
 	Good     []int // calls each server served within their deadline
 	Rejected []int // calls each server's limiter turned away
 	Reports  []int // calls whose trailer carried an ORCA load report
+	// Latencies are those of the good calls, all servers together.
+	Latencies []time.Duration
 	// Lag is the longest a goroutine waited for a CPU during the second
 	// (how late a 10 ms ticker was read): on a machine busy with other
 	// work, arrivals leave late and service times stretch, and the
 	// second measures the machine more than the fleet.
 	Lag time.Duration
+}
+
+// clone copies s, so that a Tick reads it while late calls still count.
+func (s Second) clone() Second {
+	s.Sent, s.Good, s.Rejected, s.Reports = slices.Clone(s.Sent), slices.Clone(s.Good), slices.Clone(s.Rejected), slices.Clone(s.Reports)
+	s.Latencies = slices.Clone(s.Latencies)
+	return s
 }
 
 // Result is the record of one run.
@@ -124,10 +233,11 @@ type Result struct {
 
 // Run starts the servers, runs the load, and stops everything.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
-	if len(cfg.Capacities) == 0 || cfg.Service <= 0 || !(cfg.Load > 0) || cfg.Duration <= 0 {
-		return nil, errors.New("fleet: Config needs capacities, a positive service time, load and duration")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	addrs := make([]string, len(cfg.Capacities))
+	backends := make([]*backend.FIFO, len(cfg.Capacities))
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for i, c := range cfg.Capacities {
@@ -135,6 +245,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		backends[i] = be
 		// sluice's server defaults and the one line that turns load
 		// reports on.
 		lim, err := interceptor.NewServer(append([]interceptor.Option{interceptor.WithLoadReports()}, cfg.Options...)...)
@@ -184,6 +295,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	start := time.Now()
 	lags := overload.StartLagMonitor(start)
 	deadline := cfg.deadline()
+	length := cfg.length()
 	call := func(ctx context.Context) error {
 		arrived := time.Since(start)
 		var (
@@ -200,7 +312,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return err // never reached a server
 		}
 		s := int(arrived / time.Second)
-		if arrived >= cfg.Duration {
+		if arrived >= length {
 			return err // the run's last tick; its second is not one
 		}
 		mu.Lock()
@@ -214,6 +326,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		switch {
 		case err == nil && took <= deadline:
 			seconds[s].Good[i]++
+			seconds[s].Latencies = append(seconds[s].Latencies, took)
 		case overload.Classify(err) == loadgen.Rejected:
 			seconds[s].Rejected[i]++
 		}
@@ -233,15 +346,24 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			if ticked < len(worst) {
 				seconds[ticked].Lag = worst[ticked]
 			}
-			done = append(done, seconds[ticked])
+			done = append(done, seconds[ticked].clone())
 		}
 		mu.Unlock()
 		for _, s := range done {
 			cfg.Tick(s)
 		}
 	}
+	var phases []loadgen.Phase
+	for i, p := range cfg.Plan() {
+		caps := cfg.PhaseCapacities(i)
+		phases = append(phases, loadgen.Phase{Name: p.Name, Duration: p.Duration, Rate: cfg.Rate(), Start: func() {
+			for j, be := range backends {
+				_ = be.SetCapacity(caps[j]) // validated: positive
+			}
+		}})
+	}
 	rep, err := loadgen.Run(ctx, loadgen.Config{
-		Phases:   []loadgen.Phase{{Name: fmt.Sprintf("%gx", cfg.Load), Duration: cfg.Duration, Rate: cfg.Rate()}},
+		Phases:   phases,
 		Deadline: deadline,
 		Call:     call,
 		Classify: overload.Classify,
@@ -267,23 +389,34 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return &Result{Config: cfg, Report: rep, Seconds: seconds}, nil
 }
 
-// A Summary is a run's totals over the seconds [from, to).
+// A Summary is a run's totals over some of its seconds, by the calls'
+// arrival. Calls that never reached a server are not in it.
 type Summary struct {
-	Goodput float64   // good calls per second, the whole fleet
-	Ideal   float64   // Config.Ideal
-	Share   []float64 // each server's fraction of the calls
-	Good    []float64 // each server's good calls per second
-	Seconds int       // seconds summarized
-	Lagged  int       // seconds left out for their lag
+	Offered  float64       // calls per second that reached the fleet
+	Goodput  float64       // good calls per second, the whole fleet
+	Capacity float64       // the fleet's capacity in calls/s over those seconds
+	Ideal    float64       // min(Offered, Capacity)
+	Rejected float64       // fraction of the calls that a server's limiter turned away
+	P99      time.Duration // of the good calls
+	Share    []float64     // each server's fraction of the calls
+	Good     []float64     // each server's good calls per second
+	Seconds  int           // seconds summarized
+	Lagged   int           // seconds left out for their lag
 }
 
-// GoodputRatio is Goodput / Ideal.
-func (s Summary) GoodputRatio() float64 { return s.Goodput / s.Ideal }
+// GoodputRatio is Goodput / Ideal, or 0 when nothing was offered.
+func (s Summary) GoodputRatio() float64 {
+	if s.Ideal <= 0 {
+		return 0
+	}
+	return s.Goodput / s.Ideal
+}
 
 // Line is s in one line, beside c's capacity shares, for reports.
 func (s Summary) Line(c Config) string {
-	return fmt.Sprintf("goodput %.0f/s of %.0f/s ideal (%.1f %%); traffic shares %s (capacity %s); goodput per server %s /s",
-		s.Goodput, s.Ideal, 100*s.GoodputRatio(), joinFloats(s.Share, "%.1f%%", 100), joinFloats(c.CapacityShares(), "%.1f%%", 100), joinFloats(s.Good, "%.0f", 1))
+	return fmt.Sprintf("goodput %.0f/s of %.0f/s ideal (%.1f %%), %.1f %% rejected, p99 %v; traffic shares %s (capacity %s); goodput per server %s /s",
+		s.Goodput, s.Ideal, 100*s.GoodputRatio(), 100*s.Rejected, s.P99.Round(time.Millisecond),
+		joinFloats(s.Share, "%.1f%%", 100), joinFloats(c.CapacityShares(), "%.1f%%", 100), joinFloats(s.Good, "%.0f", 1))
 }
 
 // joinFloats formats each of v, times scale, with format, separated by " / ".
@@ -304,14 +437,28 @@ func (c Config) CapacityShares() []float64 {
 	return out
 }
 
-// Summarize totals the seconds of r in [from, to), by arrival, leaving
-// out those whose Lag exceeds maxLag unless maxLag is 0.
+// Summarize totals the seconds of r in [from, to), leaving out those
+// whose Lag exceeds maxLag unless maxLag is 0. Its capacity is that of
+// the phase of from; use Phase for a run of several phases.
 func (r *Result) Summarize(from, to int, maxLag time.Duration) Summary {
+	return r.summarize(from, to, maxLag, r.Config.PhaseCapacity(r.Config.phaseAt(from)))
+}
+
+// Phase totals phase i of r after its first skip seconds, leaving out the
+// seconds whose Lag exceeds maxLag unless maxLag is 0.
+func (r *Result) Phase(i, skip int, maxLag time.Duration) Summary {
+	from := r.Config.phaseStart(i)
+	to := from + int(r.Config.Plan()[i].Duration/time.Second)
+	return r.summarize(min(from+skip, to), to, maxLag, r.Config.PhaseCapacity(i))
+}
+
+func (r *Result) summarize(from, to int, maxLag time.Duration, capacity float64) Summary {
 	n := len(r.Config.Capacities)
-	s := Summary{Ideal: r.Config.Ideal(), Share: make([]float64, n), Good: make([]float64, n)}
+	s := Summary{Capacity: capacity, Share: make([]float64, n), Good: make([]float64, n)}
 	sent := make([]int, n)
 	good := make([]int, n)
-	total, secs := 0, 0
+	var lat []time.Duration
+	total, rejected, secs := 0, 0, 0
 	for _, sec := range r.Seconds {
 		if sec.T < from || sec.T >= to {
 			continue
@@ -325,7 +472,9 @@ func (r *Result) Summarize(from, to int, maxLag time.Duration) Summary {
 			sent[i] += sec.Sent[i]
 			good[i] += sec.Good[i]
 			total += sec.Sent[i]
+			rejected += sec.Rejected[i]
 		}
+		lat = append(lat, sec.Latencies...)
 	}
 	s.Seconds = secs
 	if secs == 0 {
@@ -338,6 +487,12 @@ func (r *Result) Summarize(from, to int, maxLag time.Duration) Summary {
 		s.Good[i] = float64(good[i]) / float64(secs)
 		s.Goodput += s.Good[i]
 	}
+	s.Offered = float64(total) / float64(secs)
+	s.Ideal = min(s.Offered, capacity)
+	if total > 0 {
+		s.Rejected = float64(rejected) / float64(total)
+	}
+	s.P99 = loadgen.Percentile(lat, 0.99)
 	return s
 }
 

@@ -116,3 +116,94 @@ func TestFleetComparison(t *testing.T) {
 		assert.InDelta(t, want, wrr.Share[i], 0.10, "server %d (%d workers): traffic share vs capacity share", i+1, cfg.Capacities[i])
 	}
 }
+
+// TestPhaseIdeal checks the ideal of each phase: the offered load when the
+// fleet has room, its capacity when it does not.
+func TestPhaseIdeal(t *testing.T) {
+	cfg := Config{Capacities: []int{16, 8, 4}, Service: 20 * time.Millisecond, Load: 0.9, Phases: []Phase{
+		{Name: "0.9x", Duration: 3 * time.Second},
+		{Name: "server 2 at half", Duration: 2 * time.Second, Capacities: []int{16, 4, 4}},
+		{Name: "back", Duration: time.Second},
+	}}
+	require.NoError(t, cfg.validate())
+	for _, tc := range []struct {
+		phase             int
+		offered, capacity float64
+		want              float64
+	}{
+		{0, 1260, 1400, 1260}, // 0.9x: room, the ideal is what was offered
+		{1, 1260, 1200, 1200}, // 16+4+4 workers: the capacity
+		{2, 1260, 1400, 1260},
+		{0, 2800, 1400, 1400}, // 2x
+	} {
+		assert.InDelta(t, tc.capacity, cfg.PhaseCapacity(tc.phase), 1e-9, "phase %d capacity", tc.phase)
+		assert.InDelta(t, tc.want, cfg.PhaseIdeal(tc.phase, tc.offered), 1e-9, "phase %d offered %v", tc.phase, tc.offered)
+	}
+	for sec, want := range []int{0, 0, 0, 1, 1, 2} {
+		assert.Equal(t, want, cfg.phaseAt(sec), "second %d", sec)
+	}
+	assert.Equal(t, 3, cfg.phaseStart(1))
+	assert.Equal(t, 6*time.Second, cfg.length())
+}
+
+// TestPhaseSummary totals hand-made seconds per phase: the ideal is
+// min(offered, capacity) of the phase, lagged seconds are left out on
+// request, and the skip drops a phase's first seconds.
+func TestPhaseSummary(t *testing.T) {
+	cfg := Config{Capacities: []int{2, 1}, Service: 100 * time.Millisecond, Load: 1, Phases: []Phase{
+		{Name: "a", Duration: 2 * time.Second},
+		{Name: "b", Duration: 2 * time.Second, Capacities: []int{1, 1}},
+	}}
+	ms := time.Millisecond
+	sec := func(t int, sent, good, rej []int, lag time.Duration, lat ...time.Duration) Second {
+		return Second{T: t, Sent: sent, Good: good, Rejected: rej, Reports: []int{0, 0}, Lag: lag, Latencies: lat}
+	}
+	r := &Result{Config: cfg, Seconds: []Second{
+		sec(0, []int{10, 10}, []int{0, 0}, []int{0, 10}, 0), // warm-up, skipped
+		sec(1, []int{20, 10}, []int{20, 9}, []int{0, 1}, 0, 10*ms, 20*ms),
+		sec(2, []int{15, 15}, []int{10, 10}, []int{5, 5}, 0, 30*ms),
+		sec(3, []int{15, 15}, []int{5, 5}, []int{10, 10}, time.Second, 40*ms), // lagged
+	}}
+	a := r.Phase(0, 1, 0)
+	assert.Equal(t, 1, a.Seconds)
+	assert.InDelta(t, 30, a.Offered, 1e-9)
+	assert.InDelta(t, 30, a.Capacity, 1e-9)
+	assert.InDelta(t, 30, a.Ideal, 1e-9)
+	assert.InDelta(t, 29, a.Goodput, 1e-9)
+	assert.InDelta(t, 29.0/30, a.GoodputRatio(), 1e-9)
+	assert.InDelta(t, 1.0/30, a.Rejected, 1e-9)
+	assert.Equal(t, 20*ms, a.P99)
+	assert.InDeltaSlice(t, []float64{2.0 / 3, 1.0 / 3}, a.Share, 1e-9)
+
+	b := r.Phase(1, 0, 0)
+	assert.Equal(t, 2, b.Seconds)
+	assert.InDelta(t, 30, b.Offered, 1e-9)
+	assert.InDelta(t, 20, b.Ideal, 1e-9, "capacity 1+1 workers at 100 ms")
+	assert.InDelta(t, 15, b.Goodput, 1e-9)
+	assert.InDelta(t, 0.5, b.Rejected, 1e-9)
+
+	clean := r.Phase(1, 0, 500*ms)
+	assert.Equal(t, 1, clean.Seconds)
+	assert.Equal(t, 1, clean.Lagged)
+	assert.InDelta(t, 20, clean.Goodput, 1e-9)
+	assert.Equal(t, 30*ms, clean.P99)
+
+	assert.Zero(t, Summary{}.GoodputRatio(), "no seconds, no ratio")
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Capacities: []int{2, 1}, Service: time.Millisecond, Load: 1, Duration: time.Second}
+	require.NoError(t, ok.validate())
+	for name, mod := range map[string]func(*Config){
+		"no capacities":      func(c *Config) { c.Capacities = nil },
+		"no length":          func(c *Config) { c.Duration = 0 },
+		"fraction of second": func(c *Config) { c.Phases = []Phase{{Duration: 1500 * time.Millisecond}} },
+		"wrong server count": func(c *Config) { c.Phases = []Phase{{Duration: time.Second, Capacities: []int{1}}} },
+		"zero workers":       func(c *Config) { c.Phases = []Phase{{Duration: time.Second, Capacities: []int{1, 0}}} },
+		"zero load":          func(c *Config) { c.Load = 0 },
+	} {
+		c := ok
+		mod(&c)
+		assert.Error(t, c.validate(), name)
+	}
+}
