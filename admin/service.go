@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/interceptor"
@@ -226,9 +227,11 @@ func (s *Service) ListLimits(ctx context.Context, _ *sluicev1.ListLimitsRequest)
 	return resp, nil
 }
 
-// WatchLimits implements sluicev1.LimitsServiceServer. At most
-// WithMaxWatches streams are open at once, each for at most
-// WithWatchLifetime, after which it ends with OK.
+// WatchLimits implements sluicev1.LimitsServiceServer. It looks at the
+// limiters once per interval and sends those whose figures changed, the
+// admission and rejection counts included: at most one message per
+// interval. At most WithMaxWatches streams are open at once, each for at
+// most WithWatchLifetime, after which it ends with OK.
 func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.ServerStreamingServer[sluicev1.WatchLimitsResponse]) error {
 	ctx := stream.Context()
 	caller, err := s.authorize(ctx, "WatchLimits")
@@ -284,9 +287,13 @@ func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.Serv
 }
 
 // sameFigures compares what a watcher sees, leaving out the RTT average,
-// which moves with every call.
+// which moves with every call. The counts move with every call too, but a
+// watcher needs them for its rates: a busy limiter is sent every
+// interval, never more often, since the watch looks once per interval.
 func sameFigures(a, b interceptor.LimiterState) bool {
-	return a.Limit == b.Limit && a.Inflight == b.Inflight && a.Queued == b.Queued && a.OverrideUntil.Equal(b.OverrideUntil)
+	return a.Limit == b.Limit && a.Inflight == b.Inflight && a.Queued == b.Queued &&
+		a.OverrideUntil.Equal(b.OverrideUntil) && a.DryRun == b.DryRun &&
+		a.Admitted == b.Admitted && a.Rejected == b.Rejected
 }
 
 // SetOverride implements sluicev1.LimitsServiceServer. The name is the
@@ -415,6 +422,9 @@ func toStatus(l interceptor.LimiterState, now time.Time) *sluicev1.LimiterStatus
 		Queued:   int32(l.Queued),
 		Rtt:      durationpb.New(l.RTT),
 		DryRun:   l.DryRun,
+		// Always set: unset tells a client the server counts nothing.
+		AdmittedTotal: proto.Uint64(l.Admitted),
+		RejectedTotal: proto.Uint64(l.Rejected),
 	}
 	if !l.OverrideUntil.IsZero() {
 		st.OverrideRemaining = durationpb.New(max(l.OverrideUntil.Sub(now), 0))

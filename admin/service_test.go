@@ -28,6 +28,14 @@ const unaryLimiter = "sluice.test.v1.TestService/Unary"
 // service on one server, and makes one call so a limiter exists.
 func start(t *testing.T, opts ...Option) sluicev1.LimitsServiceClient {
 	t.Helper()
+	c, _ := startWithCalls(t, opts...)
+	return c
+}
+
+// startWithCalls is start that also returns a client of the test service,
+// to make calls the limiter counts.
+func startWithCalls(t *testing.T, opts ...Option) (sluicev1.LimitsServiceClient, testpb.TestServiceClient) {
+	t.Helper()
 	limits, err := interceptor.NewServer(interceptor.WithDefault(interceptor.Limit{Algorithm: interceptor.Fixed(5)}))
 	require.NoError(t, err)
 	svc, err := NewService(limits, opts...)
@@ -47,9 +55,10 @@ func start(t *testing.T, opts ...Option) sluicev1.LimitsServiceClient {
 		wg.Wait()
 		assert.NoError(t, limits.Close())
 	})
-	_, err = testpb.NewTestServiceClient(conn).Unary(t.Context(), &testpb.UnaryRequest{})
+	calls := testpb.NewTestServiceClient(conn)
+	_, err = calls.Unary(t.Context(), &testpb.UnaryRequest{})
 	require.NoError(t, err)
-	return sluicev1.NewLimitsServiceClient(conn)
+	return sluicev1.NewLimitsServiceClient(conn), calls
 }
 
 // operator admits every caller as "test-operator".
@@ -66,6 +75,53 @@ func TestListLimits(t *testing.T) {
 	assert.Zero(t, l.GetInflight())
 	assert.Positive(t, l.GetRtt().AsDuration())
 	assert.Nil(t, l.GetOverrideRemaining())
+	require.NotNil(t, l.AdmittedTotal, "set even when 0: unset means a server that does not count")
+	require.NotNil(t, l.RejectedTotal)
+	assert.Equal(t, uint64(1), l.GetAdmittedTotal(), "the call start made")
+	assert.Zero(t, l.GetRejectedTotal())
+}
+
+// The watch sends a limiter again when its counts move, and when it
+// switches in or out of a dry run.
+func TestWatchCounts(t *testing.T) {
+	c, calls := startWithCalls(t, WithAuthorizer(operator))
+	// A bound far beyond what the test needs, should a change never come.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	watch, err := c.WatchLimits(ctx, &sluicev1.WatchLimitsRequest{Interval: durationpb.New(time.Millisecond)})
+	require.NoError(t, err)
+	first, err := watch.Recv()
+	require.NoError(t, err)
+	require.Len(t, first.GetLimiters(), 1)
+	assert.Equal(t, uint64(1), first.GetLimiters()[0].GetAdmittedTotal())
+
+	// next receives until a message shows the limiter with ok true.
+	next := func(what string, ok func(*sluicev1.LimiterStatus) bool) *sluicev1.LimiterStatus {
+		t.Helper()
+		for {
+			m, err := watch.Recv()
+			require.NoError(t, err, "waiting for %s", what)
+			require.Len(t, m.GetLimiters(), 1)
+			if l := m.GetLimiters()[0]; ok(l) {
+				return l
+			}
+		}
+	}
+	_, err = calls.Unary(t.Context(), &testpb.UnaryRequest{})
+	require.NoError(t, err)
+	l := next("the second call", func(l *sluicev1.LimiterStatus) bool { return l.GetAdmittedTotal() == 2 })
+	assert.Zero(t, l.GetRejectedTotal())
+
+	_, err = c.SetOverride(t.Context(), &sluicev1.SetOverrideRequest{Name: unaryLimiter, Limit: 0, Ttl: durationpb.New(time.Hour)})
+	require.NoError(t, err)
+	_, err = calls.Unary(t.Context(), &testpb.UnaryRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	l = next("the rejection", func(l *sluicev1.LimiterStatus) bool { return l.GetRejectedTotal() == 1 })
+	assert.Equal(t, uint64(2), l.GetAdmittedTotal())
+
+	_, err = c.SetDryRun(t.Context(), &sluicev1.SetDryRunRequest{Name: unaryLimiter, DryRun: true})
+	require.NoError(t, err)
+	next("the dry run", func(l *sluicev1.LimiterStatus) bool { return l.GetDryRun() })
 }
 
 func TestWatchAndOverride(t *testing.T) {

@@ -158,3 +158,38 @@ func TestMaxWatchesOverGRPC(t *testing.T) {
 	_, err = second.Recv()
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 }
+
+// busyLimits has one limiter that admits a call between any two looks.
+type busyLimits struct {
+	fakeLimits
+	calls uint64
+}
+
+func (b *busyLimits) Limiters() []interceptor.LimiterState {
+	b.calls++
+	return []interceptor.LimiterState{{Name: "a", Limit: 3, Admitted: b.calls}}
+}
+
+// A limiter whose counts move all the time is sent once per interval,
+// never more often.
+func TestWatchCadence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		svc, err := NewService(&busyLimits{}, WithAuthorizer(operator))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		w := &fakeWatch{ctx: ctx, sent: make(chan *sluicev1.WatchLimitsResponse, 100)}
+		done := make(chan error, 1)
+		go func() { done <- svc.WatchLimits(&sluicev1.WatchLimitsRequest{}, w) }()
+		time.Sleep(10*DefaultWatchInterval + DefaultWatchInterval/2) // fake time
+		synctest.Wait()
+		cancel()
+		require.NoError(t, <-done)
+		close(w.sent)
+		var admitted []uint64
+		for m := range w.sent {
+			require.Len(t, m.GetLimiters(), 1)
+			admitted = append(admitted, m.GetLimiters()[0].GetAdmittedTotal())
+		}
+		assert.Equal(t, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, admitted, "the first message, then one per interval")
+	})
+}

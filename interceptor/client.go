@@ -148,7 +148,7 @@ func (c *Client) end(ctx context.Context, r *route, tok *limiter.Token, res Resu
 			if d < 0 { // "do not retry": back off as far as we may
 				d = r.t.maxHold
 			}
-			c.metrics.admitted(ctx, r.attrs, o)
+			c.admitted(ctx, r, o)
 			held := *tok
 			*tok = limiter.Token{}
 			c.afterFunc(min(d, r.t.maxHold), func() {

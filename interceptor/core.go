@@ -259,6 +259,7 @@ func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 	if r.gate.dryRun.Load() {
 		c.metrics.rejectedDry(ctx, r.attrs, reason)
 	} else {
+		r.gate.rejected.Add(1)
 		c.metrics.rejected(ctx, r.attrs, reason)
 		if c.onReject != nil {
 			c.onReject(ctx, r.gate, reason)
@@ -334,13 +335,19 @@ func (c *core) releaseAs(ctx context.Context, r *route, tok *limiter.Token, o li
 	} else {
 		held = tok.ReleaseUntimed(o)
 	}
-	c.metrics.admitted(ctx, r.attrs, o)
+	c.admitted(ctx, r, o)
 	if record {
 		c.metrics.recordRTT(ctx, r.attrs, held)
 	}
 	if c.released != nil {
 		c.released()
 	}
+}
+
+// admitted records the end of an admitted call of r with outcome o.
+func (c *core) admitted(ctx context.Context, r *route, o limiter.Outcome) {
+	r.gate.admitted.Add(1)
+	c.metrics.admitted(ctx, r.attrs, o)
 }
 
 // Close stops reporting the live limits to the MeterProvider. The

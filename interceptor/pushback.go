@@ -22,6 +22,18 @@ type LimiterState struct {
 	// DryRun reports a limiter that records its decisions and enforces
 	// none (Limit.DryRun, WithDryRun, SetDryRun).
 	DryRun bool
+	// Admitted and Rejected count the calls the limiter decided since it
+	// was created, as the sluice.requests counter does: a call counts as
+	// admitted when it returns its permit (so not while in flight), and
+	// as rejected for every reason there (limit, queue deadline or
+	// cancellation, rate, caller rate, priority). A limiter in a dry run
+	// counts the calls it would have admitted as admitted, and the calls
+	// it would have rejected not at all: they go on without a permit, and
+	// appear only in sluice.requests, with sluice.dry_run=true, and in the
+	// log. The
+	// counts only grow; a limiter that Reload rebuilds (see Reload) starts
+	// again from 0. The rate of calls is the difference of two snapshots.
+	Admitted, Rejected uint64
 }
 
 // A PushbackFunc tells a rejected caller when to try again, in the

@@ -49,6 +49,10 @@ type gate struct {
 	// default pushback and of the server's late rule. Concurrent updates may overwrite each
 	// other; an average that skips a sample is still an average.
 	rtt atomic.Int64
+	// admitted and rejected count the calls this limiter decided, as
+	// sluice.requests counts them: admitted when the permit comes back,
+	// rejected when the call is turned away (see LimiterState).
+	admitted, rejected atomic.Uint64
 }
 
 // observe folds a call's rtt into g.rtt with weight 1/8.
@@ -76,6 +80,8 @@ func (g *gate) state() LimiterState {
 		Queued:        g.lim.QueueLen(),
 		RTT:           time.Duration(g.rtt.Load()),
 		DryRun:        g.dryRun.Load(),
+		Admitted:      g.admitted.Load(),
+		Rejected:      g.rejected.Load(),
 	}
 }
 

@@ -52,9 +52,9 @@ func list(ctx context.Context, args []string, out output, stderr io.Writer) erro
 	now := time.Now()
 	rows := make([]row, len(resp.GetLimiters()))
 	for i, l := range resp.GetLimiters() {
-		rows[i] = row{l, now}
+		rows[i] = row{LimiterStatus: l, at: now}
 	}
-	return writeTable(out.w, rows, now)
+	return writeTable(out.w, rows, now, totals)
 }
 
 func override(ctx context.Context, args []string, out output, stderr io.Writer) error {

@@ -15,13 +15,19 @@
 //	sluicectl dry-run  [flags] ADDRESS NAME on|off
 //
 // list prints every limiter: its limit, the calls in flight and queued,
-// the moving average of its calls' durations (RTT), and whether it is in
-// a dry run or under an override, and for how long yet. The limiters
-// under the most pressure come first: the most calls queued, then the
-// fullest. watch draws the same table every -interval (1s) until Ctrl-C
-// or, with -n, that many times; on a terminal it redraws in place. It
-// follows the server's watch stream, and when the server goes away (a
-// restart) it says so and picks up as soon as the server is back.
+// the moving average of its calls' durations (RTT), the calls it admitted
+// (counted as they end) and rejected since it was created, and whether it
+// is in a dry run or under an override, and for how long yet. The
+// limiters under the most pressure come first: the most calls queued,
+// then the fullest. watch draws the same table every -interval (1s) until
+// Ctrl-C or, with -n, that many times; on a terminal it redraws in place.
+// In place of the counts it shows calls admitted and rejected per second
+// since the server's report before, and it puts the most rejections per
+// second first. It follows the server's watch stream, and when the server
+// goes away (a restart) it says so and picks up as soon as the server is
+// back. A server that does not count calls shows "-" for the counts and
+// the rates; a watch shows "-" until it can tell a rate: a second
+// report, or two intervals without one (no count moved).
 //
 // override pins a limiter's limit for -for (at most 24h; 0 rejects every
 // call), after which the limiter adapts again; clear ends an override at

@@ -110,8 +110,8 @@ func TestList(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 2, out)
-	assert.Regexp(t, `^\s*LIMIT\s+INFLIGHT\s+QUEUED\s+RTT\s+DRY-RUN\s+OVERRIDE\s+LIMITER$`, lines[0])
-	assert.Regexp(t, `^\s*5\s+0\s+0\s+\S+s\s+-\s+-\s+`+regexp.QuoteMeta(unary)+`$`, lines[1])
+	assert.Regexp(t, `^\s*LIMIT\s+INFLIGHT\s+QUEUED\s+RTT\s+ADMITTED\s+REJECTED\s+DRY-RUN\s+OVERRIDE\s+LIMITER$`, lines[0])
+	assert.Regexp(t, `^\s*5\s+0\s+0\s+\S+s\s+1\s+0\s+-\s+-\s+`+regexp.QuoteMeta(unary)+`$`, lines[1])
 }
 
 func TestChanges(t *testing.T) {
@@ -146,7 +146,7 @@ func TestChanges(t *testing.T) {
 	require.NoError(t, err)
 	out, err := sluicectl(t, "list", "-plaintext", s.target)
 	require.NoError(t, err)
-	assert.Regexp(t, `\n\s*0\s+0\s+0\s+\S+s\s+-\s+(1h0m0s|59m59s) left\s+`+regexp.QuoteMeta(unary)+"\n$", out)
+	assert.Regexp(t, `\n\s*0\s+0\s+0\s+\S+s\s+1\s+0\s+-\s+(1h0m0s|59m59s) left\s+`+regexp.QuoteMeta(unary)+"\n$", out)
 }
 
 func TestWatch(t *testing.T) {
@@ -158,7 +158,7 @@ func TestWatch(t *testing.T) {
 	assert.Empty(t, tables[2])
 	for _, table := range tables[:2] {
 		assert.Regexp(t, `^sluicectl watch `+regexp.QuoteMeta(s.target)+`  \d\d:\d\d:\d\d  every 100ms  1 limiters\n\n`, table)
-		assert.Regexp(t, `\n\s*5\s+0\s+0\s+\S+s\s+-\s+-\s+`+regexp.QuoteMeta(unary)+"\n\n$", table)
+		assert.Regexp(t, `\n\s*5\s+0\s+0\s+\S+s\s+(-|0\.0)\s+(-|0\.0)\s+-\s+-\s+`+regexp.QuoteMeta(unary)+"\n\n$", table)
 	}
 	assert.NotContains(t, out, clearScreen, "not a terminal")
 }
@@ -178,9 +178,98 @@ func TestWatchRefresh(t *testing.T) {
 	require.NoError(t, err)
 	scr.waitFor(t, "a table with the override", func(s string) bool { return strings.Contains(lastScreen(s), " left") })
 	last := lastScreen(scr.String())
-	assert.Regexp(t, `\n\s*1\s+0\s+0\s+\S+s\s+-\s+(1h0m0s|59m59s) left\s+`+regexp.QuoteMeta(unary)+"\n$", last)
+	assert.Regexp(t, `\n\s*1\s+0\s+0\s+\S+s\s+(-|0\.0)\s+(-|0\.0)\s+-\s+(1h0m0s|59m59s) left\s+`+regexp.QuoteMeta(unary)+"\n$", last)
 	cancel()
 	assert.NoError(t, <-done, "Ctrl-C is a clean exit")
+}
+
+// Calls admitted and rejected between two refreshes show as rates, and
+// the limiter rejecting the most comes first.
+func TestWatchRates(t *testing.T) {
+	s := serve(t, listen(t), 5, admin.WithAuthorizer(operator))
+	conn, err := grpc.NewClient(s.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, conn.Close()) }()
+	calls := testpb.NewTestServiceClient(conn)
+	// A second limiter, which sorts before Unary by name.
+	stream, err := calls.ServerStream(t.Context(), &testpb.ServerStreamRequest{})
+	require.NoError(t, err)
+	_, err = stream.Recv()
+	require.ErrorIs(t, err, io.EOF)
+	_, err = s.admin.SetOverride(t.Context(), &sluicev1.SetOverrideRequest{Name: unary, Limit: 0, Ttl: durationpbOf(time.Hour)})
+	require.NoError(t, err)
+
+	scr := newScreen()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"watch", "-plaintext", "-interval", "100ms", s.target}, output{w: scr, tty: true}, io.Discard)
+	}()
+	scr.waitFor(t, "the first table", func(s string) bool { return strings.Contains(lastScreen(s), unary) })
+
+	// Calls rejected by Unary's override, until a table shows their rate.
+	driving, stopDriving := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for driving.Err() == nil {
+			_, _ = calls.Unary(driving, &testpb.UnaryRequest{})
+		}
+	})
+	rejecting := regexp.MustCompile(`(?m)^\s*0\s+0\s+0\s+\S+\s+0\.0\s+([0-9.]+)\s+-\s+\S+ left\s+` + regexp.QuoteMeta(unary) + "$")
+	var last string
+	scr.waitFor(t, "a table with Unary's rejections per second", func(s string) bool {
+		last = lastScreen(s)
+		m := rejecting.FindStringSubmatch(last)
+		return m != nil && m[1] != "0.0"
+	})
+	stopDriving()
+	wg.Wait()
+	cancel()
+	require.NoError(t, <-done)
+
+	lines := strings.Split(strings.TrimSpace(last), "\n")
+	require.Len(t, lines, 5, last)
+	assert.Regexp(t, `^\s*LIMIT\s+INFLIGHT\s+QUEUED\s+RTT\s+ADMITTED/S\s+REJECTED/S\s+DRY-RUN\s+OVERRIDE\s+LIMITER$`, lines[2])
+	assert.Regexp(t, rejecting, lines[3], "the limiter rejecting calls comes first")
+	assert.Regexp(t, `^\s*5\s+0\s+0\s+\S+\s+(-|0\.0)\s+(-|0\.0)\s+-\s+-\s+sluice.test.v1.TestService/ServerStream$`, lines[4])
+}
+
+// A server that counts nothing (older than the counts) shows "-".
+func TestNoCounts(t *testing.T) {
+	lis := listen(t)
+	gs := grpc.NewServer()
+	sluicev1.RegisterLimitsServiceServer(gs, uncounted{})
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = gs.Serve(lis) })
+	defer func() {
+		gs.Stop()
+		wg.Wait()
+	}()
+	out, err := sluicectl(t, "list", "-plaintext", lis.Addr().String())
+	require.NoError(t, err)
+	assert.Regexp(t, `\n\s*5\s+0\s+0\s+-\s+-\s+-\s+-\s+-\s+`+regexp.QuoteMeta(unary)+"\n$", out)
+	out, err = sluicectl(t, "watch", "-plaintext", "-n", "1", lis.Addr().String())
+	require.NoError(t, err)
+	assert.Regexp(t, `\n\s*5\s+0\s+0\s+-\s+-\s+-\s+-\s+-\s+`+regexp.QuoteMeta(unary)+"\n\n$", out)
+}
+
+// uncounted is an admin service that reports no counts, as servers did
+// before admitted_total and rejected_total.
+type uncounted struct {
+	sluicev1.UnimplementedLimitsServiceServer
+}
+
+func (uncounted) ListLimits(context.Context, *sluicev1.ListLimitsRequest) (*sluicev1.ListLimitsResponse, error) {
+	return &sluicev1.ListLimitsResponse{Limiters: []*sluicev1.LimiterStatus{{Name: unary, Limit: 5}}}, nil
+}
+
+func (uncounted) WatchLimits(_ *sluicev1.WatchLimitsRequest, stream grpc.ServerStreamingServer[sluicev1.WatchLimitsResponse]) error {
+	if err := stream.Send(&sluicev1.WatchLimitsResponse{Limiters: []*sluicev1.LimiterStatus{{Name: unary, Limit: 5}}}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
 }
 
 // The server restarts: the watch says the connection is lost, then shows
@@ -203,7 +292,7 @@ func TestWatchReconnects(t *testing.T) {
 	lis, err := net.Listen("tcp", addr)
 	require.NoError(t, err, "the same port again")
 	serve(t, lis, 7, admin.WithAuthorizer(operator))
-	newServer := regexp.MustCompile(`\n\s*7\s+0\s+0\s+\S+s\s+-\s+-\s+` + regexp.QuoteMeta(unary) + "\n")
+	newServer := regexp.MustCompile(`\n\s*7\s+0\s+0\s+\S+s\s+(-|0\.0)\s+(-|0\.0)\s+-\s+-\s+` + regexp.QuoteMeta(unary) + "\n")
 	scr.waitFor(t, "the new server's limiter", func(s string) bool {
 		_, after, _ := strings.Cut(s, "connection lost")
 		return newServer.MatchString(after)

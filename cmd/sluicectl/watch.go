@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"time"
 
 	"google.golang.org/grpc"
@@ -51,6 +52,8 @@ type watcher struct {
 	rows   map[string]row
 	lost   error     // why the stream broke, while reconnecting
 	lostAt time.Time //
+	// heard is when the stream last brought limiters.
+	heard time.Time
 }
 
 // An event is what the stream brought: limiters that changed (all of
@@ -93,12 +96,7 @@ func (w *watcher) run(ctx context.Context, flags connFlags, count int) error {
 				continue
 			}
 			first := w.rows == nil
-			if ev.reset {
-				w.rows, w.lost = map[string]row{}, nil
-			}
-			for _, l := range ev.limiters {
-				w.rows[l.GetName()] = row{l, ev.at}
-			}
+			w.update(ev)
 			if !first {
 				continue
 			}
@@ -115,6 +113,33 @@ func (w *watcher) run(ctx context.Context, flags connFlags, count int) error {
 	return nil
 }
 
+// update applies what the stream brought. The server sends, once per
+// interval, the limiters whose figures changed: those it leaves out have
+// the counts they had, which makes their rate 0 since the last report.
+// Rates are not carried over a lost connection: the server may have
+// restarted.
+func (w *watcher) update(ev event) {
+	carry := !ev.reset || w.lost == nil
+	next := make(map[string]row, len(w.rows))
+	if !ev.reset {
+		maps.Copy(next, w.rows)
+	}
+	for _, l := range ev.limiters {
+		next[l.GetName()] = row{LimiterStatus: l, at: ev.at}
+	}
+	for name, r := range next {
+		r.countsAt, r.rate = ev.at, nil
+		if p, ok := w.rows[name]; ok && carry {
+			r.rate = rateSince(p, r)
+		}
+		next[name] = r
+	}
+	w.rows, w.heard = next, ev.at
+	if ev.reset {
+		w.lost = nil
+	}
+}
+
 // draw writes one table: in place on a terminal, after the last one
 // otherwise.
 func (w *watcher) draw(now time.Time) error {
@@ -127,11 +152,17 @@ func (w *watcher) draw(now time.Time) error {
 			w.lostAt.Format(time.TimeOnly), status.Convert(w.lost).Message())
 	}
 	fmt.Fprintln(w.out.w)
+	// The server sends what changed every interval: silence for two
+	// (one, and room for the message to come) means no count moved.
+	quiet := w.lost == nil && now.Sub(w.heard) > 2*w.interval
 	rows := make([]row, 0, len(w.rows))
 	for _, r := range w.rows {
+		if quiet && r.AdmittedTotal != nil && r.RejectedTotal != nil {
+			r.rate = &rates{}
+		}
 		rows = append(rows, r)
 	}
-	if err := writeTable(w.out.w, rows, now); err != nil {
+	if err := writeTable(w.out.w, rows, now, perSec); err != nil {
 		return err
 	}
 	if !w.out.tty {

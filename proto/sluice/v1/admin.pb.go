@@ -41,7 +41,15 @@ type LimiterStatus struct {
 	// Time left of an override; unset when the limiter adapts freely.
 	OverrideRemaining *durationpb.Duration `protobuf:"bytes,6,opt,name=override_remaining,json=overrideRemaining,proto3" json:"override_remaining,omitempty"`
 	// The limiter records its decisions and enforces none.
-	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	DryRun bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Calls the limiter admitted since it was created, counted when they
+	// end. Unset by a server that does not count them; a rate is the
+	// difference of two reports over the time between them.
+	AdmittedTotal *uint64 `protobuf:"varint,8,opt,name=admitted_total,json=admittedTotal,proto3,oneof" json:"admitted_total,omitempty"`
+	// Calls the limiter rejected since it was created, for any reason. A
+	// limiter in a dry run does not count the calls it would have rejected.
+	// Unset by a server that does not count them.
+	RejectedTotal *uint64 `protobuf:"varint,9,opt,name=rejected_total,json=rejectedTotal,proto3,oneof" json:"rejected_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -123,6 +131,20 @@ func (x *LimiterStatus) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *LimiterStatus) GetAdmittedTotal() uint64 {
+	if x != nil && x.AdmittedTotal != nil {
+		return *x.AdmittedTotal
+	}
+	return 0
+}
+
+func (x *LimiterStatus) GetRejectedTotal() uint64 {
+	if x != nil && x.RejectedTotal != nil {
+		return *x.RejectedTotal
+	}
+	return 0
 }
 
 // ListLimitsRequest asks for every limiter.
@@ -608,7 +630,7 @@ var File_sluice_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xfd\x01\n" +
+	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xfb\x02\n" +
 	"\rLimiterStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1a\n" +
@@ -616,7 +638,11 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x06queued\x18\x04 \x01(\x05R\x06queued\x12+\n" +
 	"\x03rtt\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03rtt\x12H\n" +
 	"\x12override_remaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x11overrideRemaining\x12\x17\n" +
-	"\adry_run\x18\a \x01(\bR\x06dryRun\"\x13\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x12*\n" +
+	"\x0eadmitted_total\x18\b \x01(\x04H\x00R\radmittedTotal\x88\x01\x01\x12*\n" +
+	"\x0erejected_total\x18\t \x01(\x04H\x01R\rrejectedTotal\x88\x01\x01B\x11\n" +
+	"\x0f_admitted_totalB\x11\n" +
+	"\x0f_rejected_total\"\x13\n" +
 	"\x11ListLimitsRequest\"J\n" +
 	"\x12ListLimitsResponse\x124\n" +
 	"\blimiters\x18\x01 \x03(\v2\x18.sluice.v1.LimiterStatusR\blimiters\"K\n" +
@@ -706,6 +732,7 @@ func file_sluice_v1_admin_proto_init() {
 	if File_sluice_v1_admin_proto != nil {
 		return
 	}
+	file_sluice_v1_admin_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

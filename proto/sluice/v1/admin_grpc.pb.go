@@ -41,7 +41,8 @@ type LimitsServiceClient interface {
 	// ListLimits returns every limiter with its live figures.
 	ListLimits(ctx context.Context, in *ListLimitsRequest, opts ...grpc.CallOption) (*ListLimitsResponse, error)
 	// WatchLimits streams the limiters: all of them first, then those whose
-	// figures changed, checked every interval.
+	// figures (counts included) changed, checked every interval: at most one
+	// message per interval.
 	WatchLimits(ctx context.Context, in *WatchLimitsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchLimitsResponse], error)
 	// SetOverride pins a limiter's limit for a time to live; then the
 	// limiter resumes adapting from there.
@@ -132,7 +133,8 @@ type LimitsServiceServer interface {
 	// ListLimits returns every limiter with its live figures.
 	ListLimits(context.Context, *ListLimitsRequest) (*ListLimitsResponse, error)
 	// WatchLimits streams the limiters: all of them first, then those whose
-	// figures changed, checked every interval.
+	// figures (counts included) changed, checked every interval: at most one
+	// message per interval.
 	WatchLimits(*WatchLimitsRequest, grpc.ServerStreamingServer[WatchLimitsResponse]) error
 	// SetOverride pins a limiter's limit for a time to live; then the
 	// limiter resumes adapting from there.
