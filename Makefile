@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload frontier shapes bench bench-overload bench-shapes bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet
+.PHONY: all test overload frontier shapes bench bench-overload bench-shapes bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet check-rules
 
 all: ci
 
@@ -196,3 +196,17 @@ demo:
 ## demo-out/fleet.md and fleet.png, per phase both balancers side by side.
 demo-fleet:
 	cd examples && $(GO) run ./fleet -out ../demo-out
+
+## check-rules: promtool check rules over dashboards/sluice-rules.yaml and
+## its unit tests (dashboards/sluice-rules.test.yaml). Not part of ci:
+## promtool is built from the Prometheus module, which takes minutes and
+## downloads hundreds of modules the first time; it lands in .bin/. Set
+## PROMTOOL to use one already installed (e.g. PROMTOOL=promtool).
+PROMTOOL_VERSION ?= v0.316.0
+PROMTOOL ?= $(CURDIR)/.bin/promtool
+check-rules:
+	@command -v $(PROMTOOL) >/dev/null || { \
+		echo "== go install promtool $(PROMTOOL_VERSION) into .bin/ (minutes the first time)"; \
+		GOBIN=$(CURDIR)/.bin $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION); }
+	$(PROMTOOL) check rules dashboards/sluice-rules.yaml
+	cd dashboards && $(PROMTOOL) test rules sluice-rules.test.yaml
