@@ -3,11 +3,9 @@
 package interceptor
 
 import (
-	"context"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -63,33 +61,15 @@ func TestLoadConfigNotRegular(t *testing.T) {
 // WatchConfig reports a path that became a FIFO and goes on polling.
 func TestWatchConfigFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "sluice.json")
-		require.NoError(t, os.WriteFile(path, []byte(`{"default": {"fixed": {"limit": 3}}}`), 0o600))
-		opts, err := LoadConfig(path)
-		require.NoError(t, err)
-		s, err := NewServer(opts...)
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, s.Close()) }()
-
-		var mu sync.Mutex
-		var errList []error
-		onError := func(err error) { mu.Lock(); defer mu.Unlock(); errList = append(errList, err) }
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- WatchConfig(ctx, path, time.Second, s, onError) }()
-		synctest.Wait()
-
-		require.NoError(t, os.Remove(path))
-		require.NoError(t, syscall.Mkfifo(path, 0o600))
+		w := watchConfig(t)
+		require.NoError(t, os.Remove(w.path))
+		require.NoError(t, syscall.Mkfifo(w.path, 0o600))
 		time.Sleep(time.Second) // fake time: one poll
 		synctest.Wait()
-		mu.Lock()
-		require.Len(t, errList, 1)
-		assert.Equal(t, "interceptor: config "+path+" is a named pipe (FIFO): name a regular file", errList[0].Error())
-		mu.Unlock()
-		assert.Equal(t, 3, gateOf(s.core, unaryMethod).lim.Limit(), "the running configuration stays")
-
-		cancel()
-		assert.ErrorIs(t, <-done, context.Canceled)
+		errs := w.errs()
+		require.Len(t, errs, 1)
+		assert.Equal(t, "interceptor: config "+w.path+" is a named pipe (FIFO): name a regular file", errs[0].Error())
+		assert.Equal(t, 3, gateOf(w.s.core, unaryMethod).lim.Limit(), "the running configuration stays")
+		w.stop()
 	})
 }

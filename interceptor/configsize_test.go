@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -53,32 +54,59 @@ func TestLoadConfigSizeLimit(t *testing.T) {
 
 func TestWatchConfigSizeLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "sluice.json")
-		require.NoError(t, os.WriteFile(path, []byte(`{"default": {"fixed": {"limit": 3}}}`), 0o600))
-		opts, err := LoadConfig(path)
-		require.NoError(t, err)
-		s, err := NewServer(opts...)
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, s.Close()) }()
-
-		var mu sync.Mutex
-		var errList []error
-		onError := func(err error) { mu.Lock(); defer mu.Unlock(); errList = append(errList, err) }
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- WatchConfig(ctx, path, time.Second, s, onError) }()
-		synctest.Wait()
-
-		require.NoError(t, os.WriteFile(path, padded(t, `{"default": {"fixed": {"limit": 7}}}`, maxConfigSize+1), 0o600))
+		w := watchConfig(t)
+		require.NoError(t, os.WriteFile(w.path, padded(t, `{"default": {"fixed": {"limit": 7}}}`, maxConfigSize+1), 0o600))
 		time.Sleep(time.Second) // fake time: one poll
 		synctest.Wait()
-		assert.Equal(t, 3, gateOf(s.core, unaryMethod).lim.Limit(), "an oversized file changes nothing")
-		mu.Lock()
-		require.Len(t, errList, 1)
-		assert.Equal(t, fmt.Sprintf("interceptor: config %s is %d bytes, more than the limit of %d bytes", path, maxConfigSize+1, maxConfigSize), errList[0].Error())
-		mu.Unlock()
-
-		cancel()
-		assert.ErrorIs(t, <-done, context.Canceled)
+		assert.Equal(t, 3, gateOf(w.s.core, unaryMethod).lim.Limit(), "an oversized file changes nothing")
+		errs := w.errs()
+		require.Len(t, errs, 1)
+		assert.Equal(t, fmt.Sprintf("interceptor: config %s is %d bytes, more than the limit of %d bytes", w.path, maxConfigSize+1, maxConfigSize), errs[0].Error())
+		w.stop()
 	})
+}
+
+// A configWatch is WatchConfig polling every second over a file of limit 3
+// that its Server was built from.
+type configWatch struct {
+	t    *testing.T
+	path string
+	s    *Server
+
+	mu     sync.Mutex
+	errors []error
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// watchConfig starts a configWatch. It must run inside a synctest bubble;
+// the Server is closed when t ends.
+func watchConfig(t *testing.T) *configWatch {
+	t.Helper()
+	w := &configWatch{t: t, path: filepath.Join(t.TempDir(), "sluice.json"), done: make(chan error)}
+	require.NoError(t, os.WriteFile(w.path, []byte(`{"default": {"fixed": {"limit": 3}}}`), 0o600))
+	opts, err := LoadConfig(w.path)
+	require.NoError(t, err)
+	w.s, err = NewServer(opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, w.s.Close()) })
+	var ctx context.Context
+	ctx, w.cancel = context.WithCancel(t.Context())
+	onError := func(err error) { w.mu.Lock(); defer w.mu.Unlock(); w.errors = append(w.errors, err) }
+	go func() { w.done <- WatchConfig(ctx, w.path, time.Second, w.s, onError) }()
+	synctest.Wait()
+	return w
+}
+
+// errs returns the errors WatchConfig reported so far.
+func (w *configWatch) errs() []error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.errors)
+}
+
+// stop ends the watch and checks that it ended for the cancellation.
+func (w *configWatch) stop() {
+	w.cancel()
+	assert.ErrorIs(w.t, <-w.done, context.Canceled)
 }
