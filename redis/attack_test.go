@@ -59,11 +59,7 @@ func countedClient(t *testing.T, s *redisServer) (*goredis.Client, *commandCount
 func TestAttackDeniedFloodCostsRedisNothing(t *testing.T) {
 	s := startRedis(t)
 	c, n := countedClient(t, s)
-	l, err := New(c, 10, 2)
-	require.NoError(t, err)
-	clk := &stepClock{}
-	clk.us.Store(redisNow(t, c))
-	l.now = clk.now
+	l, clk := stepLimiter(t, c, 10, 2)
 
 	require.True(t, allow(t, l, "attacker").Allowed)
 	require.True(t, allow(t, l, "attacker").Allowed)
@@ -137,11 +133,7 @@ func TestAttackRefundFlood(t *testing.T) {
 func TestAttackConcurrentFloodAtTheWindow(t *testing.T) {
 	s := startRedis(t)
 	c, n := countedClient(t, s)
-	l, err := New(c, 10, 1)
-	require.NoError(t, err)
-	clk := &stepClock{}
-	clk.us.Store(redisNow(t, c))
-	l.now = clk.now
+	l, clk := stepLimiter(t, c, 10, 1)
 
 	require.True(t, allow(t, l, "attacker").Allowed)
 	require.False(t, allow(t, l, "attacker").Allowed)

@@ -35,6 +35,13 @@ func newStepLimiter(t *testing.T, s *redisServer, rate float64, burst int, opts 
 	t.Helper()
 	c := s.client(t)
 	require.NoError(t, c.FlushAll(t.Context()).Err())
+	return stepLimiter(t, c, rate, burst, opts...)
+}
+
+// stepLimiter returns a Limiter on c, with a clock the test steps,
+// starting at Redis's own time.
+func stepLimiter(t *testing.T, c *goredis.Client, rate float64, burst int, opts ...Option) (*Limiter, *stepClock) {
+	t.Helper()
 	l, err := New(c, rate, burst, opts...)
 	require.NoError(t, err)
 	clk := &stepClock{}

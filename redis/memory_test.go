@@ -18,11 +18,7 @@ func TestRememberedDenial(t *testing.T) {
 	s := startRedis(t)
 	c, n := countedClient(t, s)
 	mopt, decisions := reader(t)
-	l, err := New(c, 1, 1, mopt)
-	require.NoError(t, err)
-	clk := &stepClock{}
-	clk.us.Store(redisNow(t, c))
-	l.now = clk.now
+	l, clk := stepLimiter(t, c, 1, 1, mopt)
 
 	require.True(t, allow(t, l, "k").Allowed)
 	require.Equal(t, ratelimit.Decision{RetryAfter: time.Second}, allow(t, l, "k"), "Redis's denial")
@@ -55,11 +51,7 @@ func TestRememberedDenial(t *testing.T) {
 func TestLocalMemoryIsBounded(t *testing.T) {
 	s := startRedis(t)
 	c, n := countedClient(t, s)
-	l, err := New(c, 0.001, 1, WithMaxLocalKeys(64))
-	require.NoError(t, err)
-	clk := &stepClock{}
-	clk.us.Store(redisNow(t, c))
-	l.now = clk.now
+	l, clk := stepLimiter(t, c, 0.001, 1, WithMaxLocalKeys(64))
 
 	for i := range 1000 {
 		key := "denied-" + strconv.Itoa(i)
@@ -107,11 +99,7 @@ func TestRefundForgetsTheDenial(t *testing.T) {
 func TestRefundsKeepToTheQuota(t *testing.T) {
 	s := startRedis(t)
 	c, n := countedClient(t, s)
-	l, err := New(c, 10, 2)
-	require.NoError(t, err)
-	clk := &stepClock{}
-	clk.us.Store(redisNow(t, c))
-	l.now = clk.now
+	l, clk := stepLimiter(t, c, 10, 2)
 
 	// A caller whose every call a later check rejects: each is admitted
 	// and refunded, a burst's worth.
