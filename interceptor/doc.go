@@ -104,12 +104,13 @@
 // With an OpenTelemetry SDK installed (or WithMeterProvider), a Server or
 // Client reports, per limiter or per method:
 //
-//	sluice.limit         gauge           {request}  the live limit
-//	sluice.inflight      up-down counter {request}  permits held
-//	sluice.queue.length  up-down counter {request}  calls waiting for a permit
-//	sluice.requests      counter         {request}  decisions and outcomes
-//	sluice.rtt           histogram       s          unary calls' permit time
-//	sluice.queue.wait    histogram       s          time spent queued, by calls that waited
+//	sluice.limit              gauge           {request}  the live limit
+//	sluice.inflight           up-down counter {request}  permits held
+//	sluice.queue.length       up-down counter {request}  calls waiting for a permit
+//	sluice.requests           counter         {request}  decisions and outcomes
+//	sluice.rtt                histogram       s          unary calls' permit time
+//	sluice.queue.wait         histogram       s          time spent queued, by calls that waited
+//	sluice.override.remaining gauge           s          time an operator's override has left, 0 if none
 //
 // with rpc.system.name = "grpc", rpc.method = "pkg.Svc/Method" (semantic
 // conventions v1.43), sluice.side, sluice.limiter, and on sluice.requests

@@ -114,6 +114,9 @@ func newMetrics(p metric.MeterProvider, side string) (*metrics, error) {
 	queued, e := meter.Int64ObservableUpDownCounter("sluice.queue.length", metric.WithUnit("{request}"),
 		metric.WithDescription("Calls waiting for a permit, per limiter."))
 	err = errors.Join(err, e)
+	override, e := meter.Float64ObservableGauge("sluice.override.remaining", metric.WithUnit("s"),
+		metric.WithDescription("Time until the operator's override of each limiter expires; 0 when it has none."))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, err
 	}
@@ -124,9 +127,10 @@ func newMetrics(p metric.MeterProvider, side string) (*metrics, error) {
 			o.ObserveInt64(limit, int64(ga.g.lim.Limit()), ga.opt...)
 			o.ObserveInt64(inflight, int64(ga.g.lim.Inflight()), ga.opt...)
 			o.ObserveInt64(queued, int64(ga.g.lim.QueueLen()), ga.opt...)
+			o.ObserveFloat64(override, ga.g.overrideRemaining(time.Now()).Seconds(), ga.opt...)
 		}
 		return nil
-	}, limit, inflight, queued)
+	}, limit, inflight, queued, override)
 	if err != nil {
 		return nil, err
 	}

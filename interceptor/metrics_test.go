@@ -204,3 +204,37 @@ func withoutTimes[N int64 | float64](dps []metricdata.DataPoint[N]) []metricdata
 	}
 	return out
 }
+
+// TestMetricsOverrideRemaining: sluice.override.remaining tells how long an
+// operator's override has left, and 0 once there is none, so that an alert
+// can warn before a limit pinned for an incident lets go.
+func TestMetricsOverrideRemaining(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		defer func() { require.NoError(t, provider.Shutdown(context.Background())) }()
+		s, err := NewServer(WithMeterProvider(provider))
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, s.Close()) }()
+		gateOf(s.core, unaryMethod)
+		name := "sluice.test.v1.TestService/Unary"
+		remaining := func() []float64 {
+			var out []float64
+			for _, dp := range collect(t, reader)["sluice.override.remaining"].(metricdata.Gauge[float64]).DataPoints {
+				out = append(out, dp.Value)
+			}
+			return out
+		}
+
+		assert.Equal(t, []float64{0}, remaining(), "no override")
+		require.NoError(t, s.SetOverride(name, 3, 10*time.Minute))
+		time.Sleep(4 * time.Minute)
+		assert.Equal(t, []float64{360}, remaining())
+		time.Sleep(6 * time.Minute)
+		synctest.Wait() // the expiry has run
+		assert.Equal(t, []float64{0}, remaining(), "expired")
+		require.NoError(t, s.SetOverride(name, 3, time.Hour))
+		require.NoError(t, s.ClearOverride(name))
+		assert.Equal(t, []float64{0}, remaining(), "cleared")
+	})
+}

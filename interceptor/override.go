@@ -71,6 +71,17 @@ func (c *core) ClearOverride(name string) error {
 	return nil
 }
 
+// overrideRemaining is how long g's override has left at now, 0 if g has
+// none.
+func (g *gate) overrideRemaining(now time.Time) time.Duration {
+	g.omu.Lock()
+	defer g.omu.Unlock()
+	if g.ovr == nil {
+		return 0
+	}
+	return max(g.ovr.until.Sub(now), 0)
+}
+
 func (c *core) gateNamed(name string) *gate {
 	c.metrics.mu.Lock()
 	defer c.metrics.mu.Unlock()
