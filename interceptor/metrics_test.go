@@ -103,12 +103,7 @@ func TestMetrics(t *testing.T) {
 // of them (limiter.WithEveryCallTimed).
 func TestMetricsTimeEveryCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reader := sdkmetric.NewManualReader()
-		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		defer func() { require.NoError(t, provider.Shutdown(context.Background())) }()
-		s, err := NewServer(WithMeterProvider(provider))
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, s.Close()) }()
+		s, reader := newMeteredServer(t)
 
 		const calls, call = 500, 100 * time.Nanosecond
 		r := s.tab.Load().lookup(unaryMethod)
@@ -135,12 +130,7 @@ func TestMetricsTimeEveryCall(t *testing.T) {
 // a 0 sample, so that under overload the median wait read as 0.
 func TestMetricsQueueWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reader := sdkmetric.NewManualReader()
-		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		defer func() { require.NoError(t, provider.Shutdown(context.Background())) }()
-		s, err := NewServer(WithMeterProvider(provider), WithDefault(Limit{Algorithm: Fixed(1), Queue: limiter.FixedQueue(2)}))
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, s.Close()) }()
+		s, reader := newMeteredServer(t, WithDefault(Limit{Algorithm: Fixed(1), Queue: limiter.FixedQueue(2)}))
 
 		r := s.tab.Load().lookup(unaryMethod)
 		tok, rej := s.admit(t.Context(), r)
@@ -210,12 +200,7 @@ func withoutTimes[N int64 | float64](dps []metricdata.DataPoint[N]) []metricdata
 // can warn before a limit pinned for an incident lets go.
 func TestMetricsOverrideRemaining(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reader := sdkmetric.NewManualReader()
-		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		defer func() { require.NoError(t, provider.Shutdown(context.Background())) }()
-		s, err := NewServer(WithMeterProvider(provider))
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, s.Close()) }()
+		s, reader := newMeteredServer(t)
 		gateOf(s.core, unaryMethod)
 		name := "sluice.test.v1.TestService/Unary"
 		remaining := func() []float64 {
@@ -237,4 +222,17 @@ func TestMetricsOverrideRemaining(t *testing.T) {
 		require.NoError(t, s.ClearOverride(name))
 		assert.Equal(t, []float64{0}, remaining(), "cleared")
 	})
+}
+
+// newMeteredServer returns a Server built with opts that reports to a
+// manual reader; both are shut down when the test ends.
+func newMeteredServer(t *testing.T, opts ...Option) (*Server, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { require.NoError(t, provider.Shutdown(context.Background())) })
+	s, err := NewServer(append([]Option{WithMeterProvider(provider)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.Close()) })
+	return s, reader
 }
