@@ -24,6 +24,16 @@ const maxMsg = 64
 // big is a 1 KiB payload: over maxMsg as it is, under it gzipped.
 var big = strings.Repeat("x", 1024)
 
+// serverStreamOnce asks for one answer echoing big and reads it.
+func serverStreamOnce(ctx context.Context, c testpb.TestServiceClient) error {
+	st, err := c.ServerStream(ctx, &testpb.ServerStreamRequest{Payload: big, Count: 1})
+	if err != nil {
+		return err
+	}
+	_, err = st.Recv()
+	return err
+}
+
 // TestAttackOversizeStreams is the attack of a caller whose messages grpc-go
 // refuses before any handler reads them: over the server's receive or send
 // maximum, or over the receive maximum once decompressed. grpc-go answers
@@ -55,28 +65,14 @@ func TestAttackOversizeStreams(t *testing.T) {
 			// The generated handler returns RecvMsg's error itself.
 			"server stream request over the receive maximum", serverStreamMethod,
 			[]grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg)},
-			func(ctx context.Context, c testpb.TestServiceClient) error {
-				st, err := c.ServerStream(ctx, &testpb.ServerStreamRequest{Payload: big, Count: 1})
-				if err != nil {
-					return err
-				}
-				_, err = st.Recv()
-				return err
-			},
+			serverStreamOnce,
 		},
 		{
 			// The handler echoes the caller's payload: the caller chose
 			// the size of the answer.
 			"server stream answer over the send maximum", serverStreamMethod,
 			[]grpc.ServerOption{grpc.MaxSendMsgSize(maxMsg)},
-			func(ctx context.Context, c testpb.TestServiceClient) error {
-				st, err := c.ServerStream(ctx, &testpb.ServerStreamRequest{Payload: big, Count: 1})
-				if err != nil {
-					return err
-				}
-				_, err = st.Recv()
-				return err
-			},
+			serverStreamOnce,
 		},
 		{
 			"bidi message over the receive maximum once decompressed", bidiMethod,
