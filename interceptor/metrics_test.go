@@ -99,8 +99,7 @@ func TestMetrics(t *testing.T) {
 }
 
 // TestMetricsTimeEveryCall: the RTT histogram holds every call's RTT, also
-// of calls so short that a bare limiter.Limiter would time only a sample
-// of them (limiter.WithEveryCallTimed).
+// of calls of a hundred nanoseconds.
 func TestMetricsTimeEveryCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, reader := newMeteredServer(t)

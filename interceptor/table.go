@@ -327,11 +327,9 @@ func checkLimit(where string, l Limit) error {
 	return nil
 }
 
-// limiterOptions are the options every method's Limiter has: the
-// interceptors record each call's RTT and judge its deadline by it, so
-// every call is timed.
+// limiterOptions are the options every method's Limiter has.
 func limiterOptions(l Limit) []limiter.Option {
-	return []limiter.Option{limiter.WithQueue(l.Queue), limiter.WithEveryCallTimed()}
+	return []limiter.Option{limiter.WithQueue(l.Queue)}
 }
 
 func newLimiter(l Limit) (*limiter.Limiter, error) {

@@ -39,12 +39,6 @@ func acquireRelease(b *testing.B, l *Limiter) {
 	}
 }
 
-// BenchmarkTryAcquireReleaseTimed times every call, as the interceptors
-// do: what the two clock reads per call cost (see WithEveryCallTimed).
-func BenchmarkTryAcquireReleaseTimed(b *testing.B) {
-	acquireRelease(b, newBenchLimiter(b, WithEveryCallTimed()))
-}
-
 func BenchmarkTryAcquireReleaseParallel(b *testing.B) {
 	l := newBenchLimiter(b)
 	b.ReportAllocs()

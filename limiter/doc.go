@@ -25,12 +25,6 @@
 // by Little's law (see Queue); a full queue rejects at once with
 // ErrLimitExceeded, which is what an overloaded service should do.
 //
-// A call's RTT takes two clock reads, which cost as much as the rest of
-// TryAcquire and Release together. For calls that take less than a
-// microsecond on average the AIMD has the Limiter time a random sample of
-// them, and Release returns 0 for the others; WithEveryCallTimed times
-// every call for callers that need each RTT.
-//
 // The package imports nothing of gRPC; package interceptor builds gRPC
 // interceptors on it. Rate limits (requests per second, with bursts) are
 // in package ratelimit.

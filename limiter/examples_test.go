@@ -86,10 +86,10 @@ func ExampleNewAIMD() {
 	// 9
 }
 
-// A Limiter whose caller records each call's latency: Release returns the
-// RTT of every call, also of calls too short to be timed by default.
-func ExampleWithEveryCallTimed() {
-	l, err := limiter.New(limiter.WithEveryCallTimed())
+// A Limiter whose caller records each call's latency: Granted tells when
+// the call started, Release its RTT.
+func ExampleToken_Release() {
+	l, err := limiter.New()
 	if err != nil {
 		panic(err)
 	}

@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +33,7 @@ type Limiter struct {
 	limit atomic.Int64  // the limit state.avail is measured against
 
 	alg      Algorithm
-	sampler  sampler // alg, if it can learn from a sample of the calls' RTTs
+	counter  grantCounter // alg, if it counts grants
 	queue    queueBound
 	lifo     bool
 	onChange func(old, new int)
@@ -71,8 +70,8 @@ func New(opts ...Option) (*Limiter, error) {
 		lifo:  c.lifo,
 		epoch: time.Now(),
 	}
-	if s, ok := c.alg.(sampler); ok && !c.timeAll {
-		l.sampler = s
+	if g, ok := c.alg.(grantCounter); ok {
+		l.counter = g
 	}
 	n := clampLimit(c.alg.Limit())
 	l.limit.Store(int64(n))
@@ -182,37 +181,17 @@ func (l *Limiter) wait(ctx context.Context) (Token, error) {
 }
 
 // grant builds the Token for a permit just taken; availAfter is the avail
-// count the taking left behind. It reads the clock for the call's RTT,
-// unless the algorithm lets a random one of every few calls be timed for
-// all of them (see sampler).
+// count the taking left behind. It reads the clock for the call's RTT.
 func (l *Limiter) grant(availAfter int) Token {
-	t := Token{l: l, inflight: int32(l.Limit() - availAfter), weight: 1}
-	if l.sampler != nil {
-		if k := l.sampler.timeEvery(); k > 1 {
-			if rand.Uint32N(uint32(k)) != 0 {
-				t.weight = 0
-				return t
-			}
-			t.weight = int32(k)
-		}
+	if l.counter != nil {
+		l.counter.granted()
 	}
-	t.start = l.now()
-	return t
+	return Token{l: l, inflight: int32(l.Limit() - availAfter), start: l.now()}
 }
 
-// A sampler is an Algorithm that can learn from the RTTs of a random sample
-// of the calls: very short calls cost little more than the two clock reads
-// that time them. AIMD is one.
-type sampler interface {
-	// timeEvery is how many calls one timed call may stand for: the
-	// Limiter times each call with probability 1/timeEvery.
-	timeEvery() int
-	// updateWeighted is Update for a timed call that, if a success,
-	// stands for weight calls.
-	updateWeighted(s Sample, weight int) int
-	// updateUntimed records a call that was not timed.
-	updateUntimed(o Outcome, inflight int) int
-}
+// A grantCounter is an Algorithm that counts the permits granted: one that
+// measures a cohort of calls must know when all of them have returned.
+type grantCounter interface{ granted() }
 
 // now reads the monotonic clock as nanoseconds since l.epoch. time.Since
 // on a monotonic origin costs one clock read, half of time.Now.
@@ -370,19 +349,12 @@ type Token struct {
 	l        *Limiter
 	start    int64 // l.now() when granted
 	inflight int32 // permits held right after this one was granted
-	// weight is how many calls this one stands for if timed (see
-	// sampler); 0 if the call is not timed.
-	weight int32
 }
 
 // Release returns the permit and reports the call's outcome and round-trip
 // time to the algorithm, which may change the limit. It returns the RTT it
 // measured: the time from the grant to the release, or 0 if t was already
-// released or the call was not timed.
-//
-// Calls are timed one by one unless the default algorithm (AIMD) finds
-// them shorter than a microsecond on average: it then times a random
-// sample of them (see WithEveryCallTimed).
+// released.
 func (t *Token) Release(o Outcome) time.Duration { return t.release(o, true) }
 
 // ReleaseUntimed is Release for a call whose duration is not a latency
@@ -400,34 +372,21 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 		return 0
 	}
 	*t = Token{}
-	var limit int
-	var held time.Duration
-	if tok.weight == 0 && timed {
-		// Not timed: a timed call stands for this one (see sampler).
-		limit = l.sampler.updateUntimed(o, int(tok.inflight))
-	} else {
-		end := l.now()
-		if tok.weight != 0 {
-			held = time.Duration(end - tok.start)
-		}
-		s := Sample{
-			RTT:      UntimedRTT,
-			Inflight: int(tok.inflight),
-			Outcome:  o,
-			At:       l.epoch.Add(time.Duration(end)),
-		}
-		if timed {
-			s.RTT = held
-			if o == Success && s.Inflight >= l.Limit() {
-				l.queue.observe(s.RTT)
-			}
-		}
-		if l.sampler != nil && timed {
-			limit = l.sampler.updateWeighted(s, int(tok.weight))
-		} else {
-			limit = l.alg.Update(s)
+	end := l.now()
+	held := time.Duration(end - tok.start)
+	s := Sample{
+		RTT:      UntimedRTT,
+		Inflight: int(tok.inflight),
+		Outcome:  o,
+		At:       l.epoch.Add(time.Duration(end)),
+	}
+	if timed {
+		s.RTT = held
+		if o == Success && s.Inflight >= l.Limit() {
+			l.queue.observe(s.RTT)
 		}
 	}
+	limit := l.alg.Update(s)
 	if limit != l.Limit() {
 		l.follow()
 	}
@@ -437,10 +396,10 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 
 // Granted returns when t's permit was granted, from the clock reading the
 // grant took for the RTT, so it costs no clock read of its own; the zero
-// Time if t holds nothing or its call is not timed (see Release). A caller
+// Time if t holds nothing. A caller
 // that admits calls without waiting can use it as the call's arrival time.
 func (t *Token) Granted() time.Time {
-	if t.l == nil || t.weight == 0 {
+	if t.l == nil {
 		return time.Time{}
 	}
 	return t.l.epoch.Add(time.Duration(t.start))

@@ -7,8 +7,6 @@ type config struct {
 	alg   Algorithm
 	queue Queue
 	lifo  bool
-
-	timeAll bool
 }
 
 // WithAlgorithm sets the algorithm that adapts the limit. The default is an
@@ -29,14 +27,4 @@ func WithQueue(q Queue) Option {
 // permits, at the price of fairness; FIFO, the default, is fair.
 func WithLIFO() Option {
 	return func(c *config) { c.lifo = true }
-}
-
-// WithEveryCallTimed makes the Limiter time every call. By default the
-// AIMD times only a random sample of calls that take less than a
-// microsecond on average, where two clock reads would cost about as much as
-// the call itself, and Token.Release returns 0 for the others. Use it when
-// you need each call's RTT from Release or Token.Granted, as the
-// interceptors do for their latency metrics.
-func WithEveryCallTimed() Option {
-	return func(c *config) { c.timeAll = true }
 }

@@ -203,11 +203,11 @@ func TestProbeWithoutBaseline(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lim, be := newLimitedBackend(t, "fifo", c, s, backend.Exponential)
 				runLoad(t, lim, be, s, 0.5*float64(c)/s.Seconds(), 2*time.Second, seed)
-				a := lim.alg.(*AIMD)
+				a := lim.alg.(*AIMD).little
 				a.mu.Lock()
 				defer a.mu.Unlock()
 				assert.Equal(t, 1, a.probes, "probes in 2 s")
-				assert.InDelta(t, 1, float64(a.base.rtt)/float64(s), 0.2, "baseline in service times")
+				assert.InDelta(t, 1, float64(a.b)/float64(s), 0.2, "no-load RTT in service times")
 			})
 		})
 	}

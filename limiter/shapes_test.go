@@ -58,6 +58,8 @@ func runShape(t *testing.T, r shapeRun, c int, s time.Duration) shapeResult {
 		v, err := NewVegas(VegasConfig{})
 		require.NoError(t, err)
 		opts = append(opts, WithAlgorithm(v))
+	case *shapesAlg == "little":
+		opts = append(opts, WithAlgorithm(newLittle(AIMDConfig{})))
 	case *shapesAlg == "gradient2":
 		g, err := NewGradient2(Gradient2Config{})
 		require.NoError(t, err)

@@ -60,6 +60,15 @@ func TestLimitHolds(t *testing.T) {
 		// p99 of 4.6 S.
 		{name: "noisy 2x", kind: "fifo", dist: backend.Exponential, load: 2, duration: 20 * time.Second,
 			minGoodput: 0.96, maxP99: 5.5, maxRejected: 1},
+		// Cache-like service times (S/3 for 90 % of calls, 7·S for the
+		// rest): the shape on which a minimum-based baseline collapsed,
+		// rejecting 70 % of calls at half load.
+		{name: "cache 0.5x", kind: "fifo", dist: backend.Bimodal, load: 0.5, duration: 20 * time.Second,
+			minGoodput: 0.99, maxRejected: 0.001},
+		{name: "cache 2x", kind: "ps", dist: backend.Bimodal, load: 2, duration: 20 * time.Second,
+			minGoodput: 0.95, maxP99: 10, maxRejected: 1},
+		{name: "cache 2x", kind: "fifo", dist: backend.Bimodal, load: 2, duration: 20 * time.Second,
+			minGoodput: 0.96, maxP99: 8.5, maxRejected: 1},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%s/%v", tc.name, tc.kind, tc.dist), func(t *testing.T) {

@@ -16,15 +16,17 @@ import (
 // with its count in the new window and its RTT in the old: an error of
 // one sample that a statistic over a round trip absorbs.
 type window struct {
-	open   atomic.Int64  // UnixNano when the window opened; 0 until the first sample
-	counts atomic.Uint64 // samples << 32 | drops
-	sumRTT atomic.Int64  // nanoseconds, successes only
-	sumSq  atomic.Uint64 // microseconds², successes only; see maxSquaredRTT
-	maxIn  atomic.Int64
-	ready  atomic.Bool // a call that started after open has returned
-	// extra counts the calls that timed successes stand for beyond
-	// themselves when the Limiter times a sample of the calls (see
-	// AIMD.timeEvery): the share of drops is taken of every call.
+	open    atomic.Int64  // UnixNano when the window opened; 0 until the first sample
+	counts  atomic.Uint64 // samples << 32 | drops
+	sumRTT  atomic.Int64  // nanoseconds, successes only
+	sumSq   atomic.Uint64 // microseconds², successes only; see maxSquaredRTT
+	maxIn   atomic.Int64
+	maxRTT  atomic.Int64 // nanoseconds, successes only
+	sumIn   atomic.Int64 // in-flight counts at grant, timed calls
+	dropRTT atomic.Int64 // nanoseconds, drops only
+	ready   atomic.Bool  // a call that started after open has returned
+	// extra counts the calls that weighted successes stand for beyond
+	// themselves: the share of drops is taken of every call.
 	extra atomic.Uint64
 }
 
@@ -56,11 +58,15 @@ func (w *window) add(s Sample, minSamples, weight int) bool {
 	// Sums before the count, so that a close that sees the count sees
 	// the sums too.
 	var c uint64
+	w.sumIn.Add(int64(s.Inflight))
 	if s.Outcome == Dropped {
+		w.dropRTT.Add(int64(s.RTT))
 		c = w.counts.Add(oneSample | oneDrop)
 	} else {
 		w.sumRTT.Add(int64(s.RTT))
 		w.sumSq.Add(squaredMicros(s.RTT))
+		for m := w.maxRTT.Load(); int64(s.RTT) > m && !w.maxRTT.CompareAndSwap(m, int64(s.RTT)); m = w.maxRTT.Load() {
+		}
 		if weight > 1 {
 			w.extra.Add(uint64(weight - 1))
 		}
@@ -71,17 +77,6 @@ func (w *window) add(s Sample, minSamples, weight int) bool {
 		w.ready.Store(true)
 	}
 	return w.ready.Load() && int(c>>32) >= minSamples
-}
-
-// addUntimed records a call the Limiter did not time, with its in-flight
-// count: a success only for that count (a timed one stands for it), a
-// drop as one sample of the round trip, since every drop counts. Without
-// a start time it cannot make the window ready, so it never completes it.
-func (w *window) addUntimed(o Outcome, inflight int) {
-	if o == Dropped {
-		w.counts.Add(oneSample | oneDrop)
-	}
-	w.noteInflight(inflight)
 }
 
 func (w *window) noteInflight(inflight int) {
@@ -105,13 +100,17 @@ func (w *window) reset(at time.Time) { w.close(at) }
 func (w *window) close(at time.Time) trip {
 	c := w.counts.Swap(0)
 	rt := trip{
-		n:      int(c >> 32),
-		drops:  int(c & math.MaxUint32),
-		extra:  int(w.extra.Swap(0)),
-		sumRTT: time.Duration(w.sumRTT.Swap(0)),
-		sumSq:  w.sumSq.Swap(0),
-		maxIn:  int(w.maxIn.Swap(0)),
-		at:     at,
+		n:       int(c >> 32),
+		drops:   int(c & math.MaxUint32),
+		extra:   int(w.extra.Swap(0)),
+		sumRTT:  time.Duration(w.sumRTT.Swap(0)),
+		sumSq:   w.sumSq.Swap(0),
+		maxIn:   int(w.maxIn.Swap(0)),
+		maxRTT:  time.Duration(w.maxRTT.Swap(0)),
+		sumIn:   int(w.sumIn.Swap(0)),
+		dropRTT: time.Duration(w.dropRTT.Swap(0)),
+		opened:  time.Unix(0, w.open.Load()),
+		at:      at,
 	}
 	w.ready.Store(false)
 	w.open.Store(at.UnixNano())
@@ -125,6 +124,10 @@ type trip struct {
 	sumRTT   time.Duration
 	sumSq    uint64 // microseconds²
 	maxIn    int
+	maxRTT   time.Duration
+	sumIn    int           // in-flight counts at grant of the timed calls
+	dropRTT  time.Duration // summed RTTs of the drops
+	opened   time.Time     // when the window opened
 	at       time.Time
 }
 
@@ -153,6 +156,18 @@ func (r trip) cv() float64 {
 		return -1
 	}
 	return cv
+}
+
+// moments returns the mean (µs) and the unbiased variance (µs²) of the
+// successful RTTs, or ok false with fewer than two of them.
+func (r trip) moments() (mean, variance float64, ok bool) {
+	n := float64(r.successes())
+	if n < 2 || r.sumRTT <= 0 {
+		return 0, 0, false
+	}
+	mean = float64(r.sumRTT) / float64(time.Microsecond) / n
+	variance = max(float64(r.sumSq)-n*mean*mean, 0) / (n - 1)
+	return mean, variance, true
 }
 
 // sample returns the round trip as one sample:

@@ -1,0 +1,332 @@
+package limiter
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// phase is where a little controller is in its cycle.
+type phase int
+
+const (
+	// probing holds the limit below the downstream's capacity so that the
+	// calls granted now meet no queue: their mean RTT is the no-load RTT.
+	probing phase = iota
+	// collecting stops counting the calls granted and waits, the limit
+	// still lowered, for the probe's slow calls: the probe's mean must
+	// not be that of its first returns, and with processor sharing calls
+	// admitted meanwhile would slow the ones still running.
+	collecting
+	// steady applies the rule once per round trip.
+	steady
+)
+
+// Tuning of the little controller, one place.
+const (
+	minTolerance  = 0.3              // a round trip may be this much slower than b before it is late
+	lateSigmas    = 3                // standard errors of a round trip's mean inside the tolerance
+	downGain      = 0.5              // share of the way down to the target a late round trip moves the limit
+	fullShare     = 0.9              // calls in flight, of the limit, at which a round trip filled it
+	probeDepth    = 0.9              // probe limit, of the calls the downstream carries without queue
+	probeEvery    = 30 * time.Second // how old b may grow while the limit is full
+	probeCollect  = 2                // × the longest RTT seen: how long a probe's calls may take
+	minProbeCalls = 16               // fewest calls a probe times
+	maxProbeCalls = 128              // most calls a probe times, however noisy the RTTs
+	spreadWeight  = 0.1              // weight of a round trip in the moving spread of RTTs
+)
+
+// little is AIMD's adaptive rule. Per round trip of n calls (drops count
+// with the time they took) with mean RTT r and mean calls in flight m,
+// against b, the mean RTT of calls that met no queue:
+//
+//	t = max(0.3, 3·cv/√n)   the tolerance: the calls' spread, not their shape
+//	c = m·b/r               calls the downstream carries without a queue (Little's law)
+//	full (m ≥ 0.9·limit) and late (r > (1+t)·b): limit moves half way down to (1+t)·c
+//	the limit reached (most in flight ≥ 0.9·limit) and not late: limit rises to (1+t)·c, by one at least
+//	otherwise the limit stays: the load, not the limit, set the RTT
+//	full with drops: their share of BackoffRatio off; all dropped: × BackoffRatio
+//
+// b comes from probes, never from a minimum: the limit is held at
+// 0.75·c/(1+t) until probeCalls calls have been granted, and b is the mean
+// of all of them once the last has returned, the slow ones included. The
+// first probe is the start: a slow start from InitialLimit. Later ones
+// come when the limit is full and b is 10 s old, rests on fewer calls than
+// half a round trip, or the limit has halved since the last probe.
+type little struct {
+	cfg      AIMDConfig
+	current  atomic.Int64
+	careful  atomic.Bool  // every sample takes the lock: probing, collecting
+	counting atomic.Bool  // grants are counted: probing
+	grants   atomic.Int64 // permits granted while counting
+	need     atomic.Int64
+	win      window
+
+	mu       sync.Mutex
+	phase    phase
+	limit    float64
+	b        time.Duration // no-load RTT; 0 until the first probe ends
+	nb       float64       // calls behind b
+	bAt      time.Time     // when b was last measured
+	probes   int
+	probedAt float64 // the limit when the last probe started
+	// spread of RTTs: moving averages of round trips' mean (µs) and
+	// variance (µs²), and the coefficient of variation they give.
+	spreadMean, spreadVar, cv float64
+	longest                   time.Duration // longest RTT of the last round trips
+
+	// the current probe
+	probeLimit   int
+	probeFrom    time.Time
+	probeTo      time.Time // end of admission under probeLimit
+	probeN       int
+	probeSum     time.Duration
+	probeSq      uint64
+	probeBack    int // the probe's calls that have returned
+	probeGranted int // the calls granted during the probe's admission
+}
+
+func newLittle(c AIMDConfig) *little {
+	c = c.withDefaults()
+	l := &little{cfg: c, limit: float64(c.InitialLimit), cv: -1}
+	l.need.Store(minTripSamples)
+	l.startProbeLocked(time.Time{}, c.InitialLimit)
+	l.publishLocked()
+	return l
+}
+
+func (l *little) Limit() int { return int(l.current.Load()) }
+
+// granted counts a permit granted during a probe's admission.
+func (l *little) granted() {
+	if l.counting.Load() {
+		l.grants.Add(1)
+	}
+}
+
+func (l *little) publishLocked() {
+	n := int(l.limit)
+	if l.phase != steady && l.b != 0 {
+		n = l.probeLimit
+	}
+	l.current.Store(int64(max(n, l.cfg.MinLimit)))
+	l.careful.Store(l.phase != steady)
+	l.counting.Store(l.phase == probing)
+}
+
+func (l *little) Update(s Sample) int {
+	if s.Outcome == Ignored && !l.careful.Load() {
+		return l.Limit()
+	}
+	if s.RTT >= 0 && !l.careful.Load() {
+		if l.win.add(s, int(l.need.Load()), 1) {
+			l.mu.Lock()
+			if l.win.complete(int(l.need.Load())) {
+				l.closeLocked(s.At)
+				l.publishLocked()
+			}
+			l.mu.Unlock()
+		}
+		return l.Limit()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.phase != steady:
+		l.probeLocked(s)
+	case s.Outcome == Ignored:
+	case s.RTT < 0:
+		l.untimedLocked(s)
+	case l.win.add(s, int(l.need.Load()), 1):
+		l.closeLocked(s.At)
+	}
+	l.publishLocked()
+	return l.Limit()
+}
+
+// untimedLocked applies a call without an RTT (a stream): a drop backs
+// off; a success that found the limit full adds a round trip's step
+// divided among the limit's calls.
+func (l *little) untimedLocked(s Sample) {
+	if s.Outcome == Dropped {
+		l.limit = max(l.limit*l.cfg.BackoffRatio, float64(l.cfg.MinLimit))
+		return
+	}
+	if float64(s.Inflight) >= fullShare*l.limit {
+		l.grow(1 / l.limit)
+	}
+}
+
+func (l *little) grow(n float64) {
+	l.limit = min(max(l.limit+n, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
+}
+
+// closeLocked applies the rule to the round trip that just completed.
+func (l *little) closeLocked(at time.Time) {
+	rt := l.win.close(at)
+	l.observeSpreadLocked(rt)
+	ok := rt.successes()
+	if ok == 0 && rt.drops > 0 {
+		l.limit *= l.cfg.BackoffRatio
+		l.grow(0)
+		return
+	}
+	dur := at.Sub(rt.opened)
+	if rt.n == 0 || l.b == 0 || dur <= 0 {
+		return
+	}
+	// Drops count with the time they took: an overrun is a late call.
+	r := float64(rt.sumRTT+rt.dropRTT) / float64(rt.n)
+	m := float64(rt.sumIn) / float64(rt.n)
+	x := m / r // Little: the calls in flight over their RTT
+	b := float64(l.b)
+	t := l.toleranceLocked(rt.n)
+	target := (1 + t) * x * b
+	admits := math.Floor(l.limit) // what the Limiter enforces
+	full := m >= fullShare*admits
+	reached := float64(rt.maxIn) >= fullShare*admits
+	late := r > (1+t)*b
+	switch {
+	case full && late:
+		l.limit += downGain * min(target-l.limit, 0)
+	case reached && !late:
+		l.grow(max(1, target-l.limit))
+	}
+	if full && rt.drops > 0 {
+		l.limit *= 1 - rt.dropShare()*(1-l.cfg.BackoffRatio)
+	}
+	l.grow(0)
+	if full && l.reprobeLocked(at) {
+		l.startProbeLocked(at, int(probeDepth*x*b/(1+t)))
+	}
+}
+
+// reprobeLocked reports whether b needs measuring again, now that the
+// limit is full: the first probe, the start, was not held below the
+// capacity; b is old, or rests on too few calls for the spread; or the
+// limit has halved since the last probe, as when the downstream slowed.
+func (l *little) reprobeLocked(at time.Time) bool {
+	return l.probes == 1 || at.Sub(l.bAt) >= probeEvery ||
+		l.nb < float64(l.need.Load())/2 || l.limit <= l.probedAt/2
+}
+
+// toleranceLocked is t for a round trip of n successes.
+func (l *little) toleranceLocked(n int) float64 {
+	cv := max(l.cv, 0)
+	return max(minTolerance, lateSigmas*cv/math.Sqrt(float64(n)))
+}
+
+// observeSpreadLocked folds a round trip's RTT variance into the moving
+// spread, and sizes the round trips to come so that their mean is known to
+// within the tolerance. It averages variances, not coefficients: a round
+// trip of a few calls rarely holds one of a shape's rare slow calls, and an
+// average of its square root reads far below the calls' spread.
+func (l *little) observeSpreadLocked(rt trip) {
+	l.longest = max(rt.maxRTT, l.longest*7/8)
+	mean, variance, ok := rt.moments()
+	if !ok {
+		return
+	}
+	if l.cv < 0 {
+		l.spreadMean, l.spreadVar = mean, variance
+	} else {
+		l.spreadMean += spreadWeight * (mean - l.spreadMean)
+		l.spreadVar += spreadWeight * (variance - l.spreadVar)
+	}
+	l.cv = math.Sqrt(l.spreadVar) / l.spreadMean
+	l.need.Store(int64(samplesNeeded(l.cv)))
+}
+
+// samplesNeeded is how many samples a round trip needs for its mean RTT
+// to be known within minTolerance by lateSigmas standard errors, when RTTs
+// vary with coefficient cv (negative if unknown).
+func samplesNeeded(cv float64) int {
+	if cv < 0 {
+		return minTripSamples
+	}
+	n := math.Ceil(math.Pow(lateSigmas*cv/minTolerance, 2))
+	return int(min(max(n, minTripSamples), maxWindowSamples))
+}
+
+// probeCalls is how many calls a probe times.
+func (l *little) probeCalls() int {
+	return min(max(int(l.need.Load()), minProbeCalls), maxProbeCalls)
+}
+
+func (l *little) startProbeLocked(at time.Time, limit int) {
+	l.phase = probing
+	l.probes++
+	l.probedAt = l.limit
+	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
+	if l.probes == 1 {
+		l.probeLimit = int(l.limit)
+	}
+	l.probeFrom, l.probeTo = at, time.Time{}
+	l.probeN, l.probeSum, l.probeSq = 0, 0, 0
+	l.probeBack, l.probeGranted = 0, 0
+	l.grants.Store(0)
+}
+
+// probeLocked times the calls granted under the probe limit. Admission
+// ends once probeCalls have been granted; the probe ends when every call
+// granted until then has returned, the slow ones included.
+func (l *little) probeLocked(s Sample) {
+	if s.RTT < 0 {
+		// A stream: no start time to place it in the probe or not.
+		if s.Outcome != Ignored {
+			l.untimedLocked(s)
+		}
+		return
+	}
+	start := s.At.Add(-s.RTT) // the first probe's probeFrom is zero: every call counts
+	mine := !start.Before(l.probeFrom) && (l.phase == probing || !start.After(l.probeTo))
+	if l.b == 0 && s.Outcome == Success && float64(s.Inflight) >= fullShare*l.limit {
+		// The first probe is a slow start: it knows no capacity to stay
+		// below, and grows a limit its calls fill by one per call.
+		l.grow(1)
+	}
+	if mine {
+		l.probeBack++
+		if s.Outcome == Success {
+			l.probeN++
+			l.probeSum += s.RTT
+			l.probeSq += squaredMicros(s.RTT)
+			l.longest = max(l.longest, s.RTT)
+		}
+	}
+	if l.phase == probing && (l.grants.Load() >= int64(l.probeCalls()) || l.probeBack >= l.probeCalls()) {
+		l.phase = collecting
+		l.probeTo = s.At
+		l.probeGranted = int(l.grants.Swap(0))
+	}
+	if l.phase == collecting {
+		// Every call granted is back; or, if the calls granted are not
+		// counted (the AIMD used without a Limiter) or one of them is
+		// lost to a stream, the longest RTT seen has passed twice over.
+		wait := probeCollect * l.longest
+		if l.probeGranted > 0 {
+			wait = probeCollect * max(l.longest, time.Second)
+		}
+		if l.probeGranted > 0 && l.probeBack >= l.probeGranted || !s.At.Before(l.probeTo.Add(wait)) {
+			l.endProbeLocked(s.At)
+		}
+	}
+}
+
+func (l *little) endProbeLocked(at time.Time) {
+	l.phase = steady
+	l.win.reset(at)
+	if l.probeN == 0 {
+		return
+	}
+	m := l.probeSum / time.Duration(l.probeN)
+	l.observeSpreadLocked(trip{n: l.probeN, sumRTT: l.probeSum, sumSq: l.probeSq})
+	// b is the mean of the probes' calls, the older ones weighing at
+	// most two probes' worth, so that b follows a downstream that changed.
+	w := min(l.nb, float64(2*l.probeCalls()))
+	n := float64(l.probeN)
+	l.b = time.Duration((float64(l.b)*w + float64(m)*n) / (w + n))
+	l.nb = w + n
+	l.bAt = at
+}

@@ -1,0 +1,147 @@
+package limiter
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// steadyLittle returns the default rule past its first probes, at limit
+// with b = 10 ms known from many calls and quiet RTTs, and the time its
+// next round trip opens.
+func steadyLittle(t *testing.T, limit float64) (*little, time.Time) {
+	t.Helper()
+	l := newLittle(AIMDConfig{})
+	l.phase, l.probes = steady, 2
+	l.limit, l.b, l.nb, l.bAt = limit, 10*time.Millisecond, 100, t0
+	l.cv, l.spreadMean, l.spreadVar = 0.1, 10_000, 1_000_000
+	l.publishLocked()
+	return l, t0.Add(time.Second)
+}
+
+// TestLittleRule walks one round trip of 10 calls through the rule.
+func TestLittleRule(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name     string
+		rtt      time.Duration
+		inflight int // every call's, at grant
+		drops    int
+		want     float64
+	}{
+		// Full and late: c = m·b/r = 40·10/20 = 20, half way down to 1.3·c.
+		{"full and late", 20 * ms, 40, 0, 40 + 0.5*(1.3*20-40)},
+		// Reached and on time: up to 1.3·c = 1.3·40.
+		{"full and on time", 10 * ms, 40, 0, 52},
+		{"on time near the limit: one at least", 12 * ms, 37, 0, 41},
+		// The load, not the limit, set the RTT: nothing moves.
+		{"late, not full", 30 * ms, 20, 0, 40},
+		{"on time, light", 10 * ms, 10, 0, 40},
+		// Drops count with their time and take their share when full.
+		{"full, one drop", 10 * ms, 40, 1, 52 * (1 - 0.1*0.1)},
+		{"all dropped", 10 * ms, 40, 10, 36},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, at := steadyLittle(t, 40)
+			trip := roundTrip(at, tt.rtt, 10, tt.inflight, Success)
+			for i := range tt.drops {
+				trip[i].Outcome = Dropped
+			}
+			feed(l, trip)
+			assert.InDelta(t, tt.want, l.limit, 1e-6)
+		})
+	}
+}
+
+// TestLittlePhases checks each transition between the phases.
+func TestLittlePhases(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name  string
+		setup func(l *little)
+		trip  func(at time.Time) []Sample
+		want  phase
+	}{
+		{"steady stays steady", nil,
+			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, steady},
+		{"b 30 s old, full: probe", func(l *little) { l.bAt = t0.Add(-time.Minute) },
+			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, probing},
+		{"b 30 s old, not full: no probe", func(l *little) { l.bAt = t0.Add(-time.Minute) },
+			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 5, Success) }, steady},
+		{"after the start, full: probe", func(l *little) { l.probes = 1 },
+			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, probing},
+		{"b on too few calls: probe", func(l *little) { l.nb = 2 },
+			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, probing},
+		{"limit halved since the last probe: probe", func(l *little) { l.probedAt = 100 },
+			func(at time.Time) []Sample { return roundTrip(at, 30*ms, 10, 40, Success) }, probing},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, at := steadyLittle(t, 40)
+			if tt.setup != nil {
+				tt.setup(l)
+			}
+			feed(l, tt.trip(at))
+			assert.Equal(t, tt.want, l.phase)
+			if tt.want == probing {
+				assert.Less(t, l.Limit(), 40, "a probe lowers the limit")
+			}
+		})
+	}
+}
+
+// TestLittleProbeCountsSlowCalls: a probe ends when every call granted
+// during its admission has returned, so the rare slow calls of a
+// cache-like service count in b. Averaged over its first returns, it read
+// the fast calls only (a third of the mean), and every round trip after
+// was late.
+func TestLittleProbeCountsSlowCalls(t *testing.T) {
+	ms := time.Millisecond
+	l, at := steadyLittle(t, 40)
+	l.bAt = t0.Add(-time.Minute)
+	feed(l, roundTrip(at, 10*ms, 10, 40, Success))
+	require.Equal(t, probing, l.phase)
+	from := l.probeFrom
+	// 20 calls granted: 18 fast, 2 ten times slower.
+	for range 20 {
+		l.granted()
+	}
+	fast := roundTrip(from, 5*ms, 18, 5, Success)
+	feed(l, fast)
+	require.Equal(t, collecting, l.phase, "admission over")
+	assert.Equal(t, 20, l.probeGranted)
+	feed(l, roundTrip(from, 50*ms, 1, 5, Success))
+	require.Equal(t, collecting, l.phase, "one slow call still out")
+	feed(l, roundTrip(from, 50*ms, 1, 5, Success))
+	require.Equal(t, steady, l.phase)
+	// The probe's mean, (18·5 + 2·50) / 20 = 9.5 ms, weighed with the old b.
+	w, n := float64(2*l.probeCalls()), 20.0
+	want := (10*w + 9.5*n) / (w + n)
+	assert.InDelta(t, want, float64(l.b)/float64(ms), 1e-6)
+}
+
+// TestLittleSpread: the spread is averaged over round trips' variances,
+// so round trips of ten calls of which only one in ten holds a slow call
+// still read the calls' coefficient of variation.
+func TestLittleSpread(t *testing.T) {
+	ms := time.Millisecond
+	l, at := steadyLittle(t, 40)
+	l.cv = -1
+	for i := range 400 {
+		trip := roundTrip(at, 5*ms, 10, 5, Success)
+		if i%10 == 0 {
+			trip[0].RTT, trip[0].At = 105*ms, at.Add(105*ms)
+		}
+		feed(l, trip)
+		at = at.Add(110 * ms)
+	}
+	// Calls: 1 % at 105 ms, the rest at 5 ms: mean 6 ms, sd 9.95 ms, a
+	// cv of 1.66. An average of the round trips' own coefficients reads
+	// below 0.5: nine in ten of the first round trips hold no slow call.
+	assert.Greater(t, l.cv, 1.2)
+	assert.Less(t, l.cv, 2.5)
+	assert.Equal(t, maxWindowSamples, int(l.need.Load()))
+}
