@@ -276,7 +276,7 @@ func TestWindowConcurrent(t *testing.T) {
 				if i%10 == 0 {
 					o = Dropped
 				}
-				w.add(Sample{RTT: time.Millisecond, Inflight: i % 50, Outcome: o, At: t0.Add(time.Duration(i) * time.Millisecond)}, 1, 1)
+				w.add(Sample{RTT: time.Millisecond, Inflight: i % 50, Outcome: o, At: t0.Add(time.Duration(i) * time.Millisecond)}, 1)
 			}
 		})
 	}
@@ -324,7 +324,7 @@ func TestUntimedDrops(t *testing.T) {
 func TestWindowSubMicrosecond(t *testing.T) {
 	var w window
 	for i := range 10 {
-		w.add(Sample{RTT: 100 + time.Duration(i), Inflight: 1, Outcome: Success, At: t0.Add(time.Duration(i) * time.Microsecond)}, 10, 1)
+		w.add(Sample{RTT: 100 + time.Duration(i), Inflight: 1, Outcome: Success, At: t0.Add(time.Duration(i) * time.Microsecond)}, 10)
 	}
 	cv := w.close(t0.Add(time.Millisecond)).cv()
 	assert.False(t, math.IsNaN(cv))

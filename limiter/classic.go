@@ -47,7 +47,7 @@ func (a *classic) Update(s Sample) int {
 		a.applyLocked(s.Outcome == Dropped, 1, s.Inflight, step)
 		return a.Limit()
 	}
-	if a.win.add(s, minTripSamples, 1) {
+	if a.win.add(s, minTripSamples) {
 		a.mu.Lock()
 		if a.win.complete(minTripSamples) {
 			rt := a.win.close(s.At)

@@ -153,7 +153,7 @@ func TestWindowCloses(t *testing.T) {
 	var w window
 	var got []Sample
 	add := func(s Sample) {
-		if w.add(s, 3, 1) {
+		if w.add(s, 3) {
 			got = append(got, w.close(s.At).sample())
 		}
 	}

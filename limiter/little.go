@@ -120,7 +120,7 @@ func (l *little) Update(s Sample) int {
 		return l.Limit()
 	}
 	if s.RTT >= 0 && !l.careful.Load() {
-		if l.win.add(s, int(l.need.Load()), 1) {
+		if l.win.add(s, int(l.need.Load())) {
 			l.mu.Lock()
 			if l.win.complete(int(l.need.Load())) {
 				l.closeLocked(s.At)
@@ -138,7 +138,7 @@ func (l *little) Update(s Sample) int {
 	case s.Outcome == Ignored:
 	case s.RTT < 0:
 		l.untimedLocked(s)
-	case l.win.add(s, int(l.need.Load()), 1):
+	case l.win.add(s, int(l.need.Load())):
 		l.closeLocked(s.At)
 	}
 	l.publishLocked()
@@ -159,7 +159,13 @@ func (l *little) untimedLocked(s Sample) {
 }
 
 func (l *little) grow(n float64) {
-	l.limit = min(max(l.limit+n, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
+	l.limit += n
+	l.clampLocked()
+}
+
+// clampLocked keeps the limit within [MinLimit, MaxLimit].
+func (l *little) clampLocked() {
+	l.limit = min(max(l.limit, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
 }
 
 // closeLocked applies the rule to the round trip that just completed.
@@ -169,7 +175,7 @@ func (l *little) closeLocked(at time.Time) {
 	ok := rt.successes()
 	if ok == 0 && rt.drops > 0 {
 		l.limit *= l.cfg.BackoffRatio
-		l.grow(0)
+		l.clampLocked()
 		return
 	}
 	dur := at.Sub(rt.opened)
@@ -196,7 +202,7 @@ func (l *little) closeLocked(at time.Time) {
 	if full && rt.drops > 0 {
 		l.limit *= 1 - rt.dropShare()*(1-l.cfg.BackoffRatio)
 	}
-	l.grow(0)
+	l.clampLocked()
 	if full && l.reprobeLocked(at) {
 		l.startProbeLocked(at, int(probeDepth*x*b/(1+t)))
 	}

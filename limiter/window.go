@@ -25,9 +25,6 @@ type window struct {
 	sumIn   atomic.Int64 // in-flight counts at grant, timed calls
 	dropRTT atomic.Int64 // nanoseconds, drops only
 	ready   atomic.Bool  // a call that started after open has returned
-	// extra counts the calls that weighted successes stand for beyond
-	// themselves: the share of drops is taken of every call.
-	extra atomic.Uint64
 }
 
 // maxSquaredRTT caps the RTT that enters the sum of squares, so that 2^32
@@ -47,9 +44,9 @@ const (
 	oneDrop   = 1
 )
 
-// add records s, which must be timed and not Ignored and, if a success,
-// stands for weight calls, and reports whether the window is complete.
-func (w *window) add(s Sample, minSamples, weight int) bool {
+// add records s, which must be timed and not Ignored, and
+// reports whether the window is complete.
+func (w *window) add(s Sample, minSamples int) bool {
 	end := s.At.UnixNano()
 	start := end - int64(s.RTT)
 	if w.open.Load() == 0 {
@@ -66,9 +63,6 @@ func (w *window) add(s Sample, minSamples, weight int) bool {
 		w.sumRTT.Add(int64(s.RTT))
 		w.sumSq.Add(squaredMicros(s.RTT))
 		for m := w.maxRTT.Load(); int64(s.RTT) > m && !w.maxRTT.CompareAndSwap(m, int64(s.RTT)); m = w.maxRTT.Load() {
-		}
-		if weight > 1 {
-			w.extra.Add(uint64(weight - 1))
 		}
 		c = w.counts.Add(oneSample)
 	}
@@ -102,7 +96,6 @@ func (w *window) close(at time.Time) trip {
 	rt := trip{
 		n:       int(c >> 32),
 		drops:   int(c & math.MaxUint32),
-		extra:   int(w.extra.Swap(0)),
 		sumRTT:  time.Duration(w.sumRTT.Swap(0)),
 		sumSq:   w.sumSq.Swap(0),
 		maxIn:   int(w.maxIn.Swap(0)),
@@ -120,7 +113,6 @@ func (w *window) close(at time.Time) trip {
 // A trip is the content of a closed window.
 type trip struct {
 	n, drops int
-	extra    int // calls the timed successes stand for beyond themselves
 	sumRTT   time.Duration
 	sumSq    uint64 // microseconds²
 	maxIn    int
@@ -138,7 +130,7 @@ func (r trip) dropShare() float64 {
 	if r.n == 0 {
 		return 0
 	}
-	return float64(r.drops) / float64(r.n+r.extra)
+	return float64(r.drops) / float64(r.n)
 }
 
 // cv returns the coefficient of variation of the successful RTTs, or -1
