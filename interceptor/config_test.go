@@ -92,8 +92,8 @@ func TestLoadConfigExample(t *testing.T) {
 
 	assert.Equal(t, map[string]int{
 		"shop.v1.Checkout/PlaceOrder": 20,
-		"shop.v1.Checkout/Other":      20, // the default AIMD
-		"shop.v1.Search/":             20, // one limiter for the service
+		"shop.v1.Checkout/Other":      1000, // the default AIMD, until its first call returns
+		"shop.v1.Search/":             20,   // one limiter for the service
 		"shop.v1.Catalog/GetItem":     50,
 		"shop.v1.Catalog/ListItems":   50,
 		"shop.v1.Reports/Export":      4,
@@ -146,13 +146,13 @@ func TestConfigLimits(t *testing.T) {
 		methods []string
 		want    map[string]int
 	}{
-		{"empty", `{}`, []string{"/a.S/M"}, map[string]int{"a.S/M": 20}}, // AIMD's default initial limit
+		{"empty", `{}`, []string{"/a.S/M"}, map[string]int{"a.S/M": 1000}}, // AIMD admits all until a call returns
 		{"default aimd", `{"default": {"aimd": {"initial_limit": 7}}}`,
 			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/M": 7, "a.S/N": 7}},
-		{"aimd initial follows min", `{"default": {"aimd": {"min_limit": 30}}}`,
-			[]string{"/a.S/M"}, map[string]int{"a.S/M": 30}},
+		{"aimd starts at max", `{"default": {"aimd": {"min_limit": 30, "max_limit": 500}}}`,
+			[]string{"/a.S/M"}, map[string]int{"a.S/M": 500}},
 		{"vegas", `{"methods": [{"name": [{"service": "a.S", "method": "M"}], "limit": {"vegas": {"initial_limit": 9}}}]}`,
-			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/M": 9, "a.S/N": 20}},
+			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/M": 9, "a.S/N": 1000}},
 		{"gradient2 service", `{"methods": [{"name": [{"service": "a.S"}], "limit": {"gradient2": {"initial_limit": 11, "max_limit": 11}}}]}`,
 			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/": 11}},
 		{"fixed, camelCase names", `{"methods": [{"name": [{"service": "a.S", "method": "M"}], "limit": {"fixed": {"limit": 3}, "rateLimit": {"perSecond": 5}}}]}`,
@@ -162,7 +162,7 @@ func TestConfigLimits(t *testing.T) {
 		{"health exemption replaced", `{"methods": [{"name": [{"service": "grpc.health.v1.Health"}], "limit": {"fixed": {"limit": 1}}}]}`,
 			[]string{"/grpc.health.v1.Health/Check"}, map[string]int{"grpc.health.v1.Health/": 1}},
 		{"entry without limit", `{"methods": [{"name": [{"service": "a.S"}]}]}`,
-			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/": 20}},
+			[]string{"/a.S/M", "/a.S/N"}, map[string]int{"a.S/": 1000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

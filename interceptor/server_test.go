@@ -477,3 +477,53 @@ func TestLimiters(t *testing.T) {
 	}, s.Limiters())
 	s.finish(t.Context(), r, &tok, Result{})
 }
+
+// TestFreshProcessRefusesNothing: 200 calls at once through a fresh
+// default limiter, on either side, in front of a handler that has room for
+// all of them. Started at a limit of 20, the client refused 180 of them
+// with no server-side sluice at all, and the server 168–177.
+func TestFreshProcessRefusesNothing(t *testing.T) {
+	const calls = 200
+	tests := []struct {
+		name string
+		ec   envConfig
+	}{
+		{"client, unprotected server", envConfig{noServer: true}},
+		{"server, unprotected client", envConfig{noClient: true}},
+		{"both", envConfig{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Each handler holds its call until all have arrived, so that
+			// no call returns, and no limit is learned, before the last
+			// is admitted.
+			var arrived sync.WaitGroup
+			arrived.Add(calls)
+			all := make(chan struct{})
+			go func() { arrived.Wait(); close(all) }()
+			svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+				arrived.Done()
+				select {
+				case <-all:
+					return &testpb.UnaryResponse{}, nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}}
+			e := newEnv(t, svc, tt.ec)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			errs := make([]error, calls)
+			var wg sync.WaitGroup
+			for i := range calls {
+				wg.Go(func() {
+					_, errs[i] = e.client.Unary(ctx, &testpb.UnaryRequest{})
+				})
+			}
+			wg.Wait()
+			for i, err := range errs {
+				require.NoError(t, err, "call %d", i)
+			}
+		})
+	}
+}

@@ -9,8 +9,11 @@ import (
 // AIMDConfig configures an AIMD. The zero value of every field selects its
 // default, so AIMDConfig{} is the recommended configuration.
 type AIMDConfig struct {
-	// InitialLimit is the limit before any sample is seen. Default 20,
-	// or MinLimit if that is larger.
+	// InitialLimit is the limit before any call has returned. Zero (the
+	// default) admits every call until the first returns, so that a fresh
+	// process in front of a healthy downstream refuses nothing, and then
+	// slow-starts from the calls in flight, or from 20 (or MinLimit, if
+	// larger) if fewer were. Set it to start from a known limit instead.
 	InitialLimit int
 
 	// MinLimit is the floor of the limit, at least 1. Default 1, so that
@@ -120,10 +123,11 @@ func NewAIMD(c AIMDConfig) (*AIMD, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	admitAll := c.InitialLimit == 0
 	c = c.withDefaults()
 	a := &AIMD{cfg: c}
 	if c.Timeout == 0 && !c.PerCall {
-		a.little = newLittle(c)
+		a.little = newLittle(c, admitAll)
 	} else {
 		a.classic = newClassic(c)
 	}
@@ -147,10 +151,8 @@ func (a *AIMD) Limit() int {
 }
 
 // granted lets the Limiter count grants for the adaptive rule's probes.
-func (a *AIMD) granted() {
-	if a.little != nil {
-		a.little.granted()
-	}
+func (a *AIMD) granted(inflight int) bool {
+	return a.little != nil && a.little.granted(inflight)
 }
 
 func (a *AIMD) String() string {

@@ -126,7 +126,10 @@ func TestAIMDDefaults(t *testing.T) {
 		MaxLimit:     defaultAIMDMaxLimit,
 		BackoffRatio: defaultAIMDBackoffRatio,
 	}, a.cfg)
-	assert.Equal(t, 20, a.Limit())
+	assert.Equal(t, 1000, a.Limit(), "admits every call until the first returns")
+	a, err = NewAIMD(AIMDConfig{InitialLimit: 20})
+	require.NoError(t, err)
+	assert.Equal(t, 20, a.Limit(), "an explicit InitialLimit starts there")
 
 	// Defaults bend around explicit bounds instead of contradicting them.
 	a, err = NewAIMD(AIMDConfig{MaxLimit: 8})

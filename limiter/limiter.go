@@ -183,15 +183,18 @@ func (l *Limiter) wait(ctx context.Context) (Token, error) {
 // grant builds the Token for a permit just taken; availAfter is the avail
 // count the taking left behind. It reads the clock for the call's RTT.
 func (l *Limiter) grant(availAfter int) Token {
-	if l.counter != nil {
-		l.counter.granted()
-	}
-	return Token{l: l, inflight: int32(l.Limit() - availAfter), start: l.now()}
+	start, inflight := l.now(), l.Limit()-availAfter
+	cohort := l.counter != nil && l.counter.granted(inflight)
+	return Token{l: l, inflight: int32(inflight), start: start, cohort: cohort}
 }
 
 // A grantCounter is an Algorithm that counts the permits granted: one that
-// measures a cohort of calls must know when all of them have returned.
-type grantCounter interface{ granted() }
+// measures a cohort of calls must know which calls are in it and when all
+// of them have returned. granted reports whether the call joins the
+// cohort; its Sample then carries cohort set.
+type grantCounter interface {
+	granted(inflight int) bool
+}
 
 // now reads the monotonic clock as nanoseconds since l.epoch. time.Since
 // on a monotonic origin costs one clock read, half of time.Now.
@@ -349,6 +352,7 @@ type Token struct {
 	l        *Limiter
 	start    int64 // l.now() when granted
 	inflight int32 // permits held right after this one was granted
+	cohort   bool  // the algorithm counted this grant into a cohort
 }
 
 // Release returns the permit and reports the call's outcome and round-trip
@@ -379,6 +383,7 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 		Inflight: int(tok.inflight),
 		Outcome:  o,
 		At:       l.epoch.Add(time.Duration(end)),
+		cohort:   tok.cohort,
 	}
 	if timed {
 		s.RTT = held

@@ -227,7 +227,7 @@ func TestNewErrors(t *testing.T) {
 
 	l, err := New(nil) // a nil Option is ignored
 	require.NoError(t, err)
-	assert.Equal(t, defaultAIMDInitialLimit, l.Limit())
+	assert.Equal(t, defaultAIMDMaxLimit, l.Limit(), "the default admits every call until the first returns")
 }
 
 func TestAcquireWithoutQueue(t *testing.T) {

@@ -11,9 +11,14 @@ import (
 type phase int
 
 const (
+	// starting admits every call until the first returns: a fresh process
+	// knows nothing of the downstream, and a limit it guessed would refuse
+	// a healthy one's traffic. The calls then in flight become the limit,
+	// and the start goes on as a probe.
+	starting phase = iota
 	// probing holds the limit below the downstream's capacity so that the
 	// calls granted now meet no queue: their mean RTT is the no-load RTT.
-	probing phase = iota
+	probing
 	// collecting stops counting the calls granted and waits, the limit
 	// still lowered, for the probe's slow calls: the probe's mean must
 	// not be that of its first returns, and with processor sharing calls
@@ -39,27 +44,31 @@ const (
 
 // little is AIMD's adaptive rule. Per round trip of n calls (drops count
 // with the time they took) with mean RTT r and mean calls in flight m,
-// against b, the mean RTT of calls that met no queue:
+// against b, the mean RTT of calls that met no queue and rest on nb calls:
 //
-//	t = max(0.3, 3·cv/√n)   the tolerance: the calls' spread, not their shape
-//	c = m·b/r               calls the downstream carries without a queue (Little's law)
+//	t = max(0.3, 3·cv·√(1/n + 1/nb))   the tolerance: the calls' spread, not their shape
+//	c = m·b/r                          calls the downstream carries without a queue (Little's law)
 //	full (m ≥ 0.9·limit) and late (r > (1+t)·b): limit moves half way down to (1+t)·c
 //	the limit reached (most in flight ≥ 0.9·limit) and not late: limit rises to (1+t)·c, by one at least
 //	otherwise the limit stays: the load, not the limit, set the RTT
 //	full with drops: their share of BackoffRatio off; all dropped: × BackoffRatio
 //
 // b comes from probes, never from a minimum: the limit is held at
-// 0.75·c/(1+t) until probeCalls calls have been granted, and b is the mean
+// 0.9·c/(1+t) until probeCalls calls have been granted, and b is the mean
 // of all of them once the last has returned, the slow ones included. The
-// first probe is the start: a slow start from InitialLimit. Later ones
-// come when the limit is full and b is 10 s old, rests on fewer calls than
-// half a round trip, or the limit has halved since the last probe.
+// first probe is the start: every call is admitted until the first
+// returns, and a slow start from what was then in flight follows. Later
+// probes come when the limit is full and b is 30 s old, or the limit has
+// halved since the last probe, or the round trip was late and b rests on
+// the start alone or on fewer calls than half a round trip.
 type little struct {
 	cfg      AIMDConfig
 	current  atomic.Int64
 	careful  atomic.Bool  // every sample takes the lock: probing, collecting
 	counting atomic.Bool  // grants are counted: probing
 	grants   atomic.Int64 // permits granted while counting
+	quota    atomic.Int64 // grants a probe counts: probeCalls
+	mostIn   atomic.Int64 // most calls in flight at a grant during the probe
 	need     atomic.Int64
 	win      window
 
@@ -87,32 +96,55 @@ type little struct {
 	probeGranted int // the calls granted during the probe's admission
 }
 
-func newLittle(c AIMDConfig) *little {
+func newLittle(c AIMDConfig, admitAll bool) *little {
 	c = c.withDefaults()
 	l := &little{cfg: c, limit: float64(c.InitialLimit), cv: -1}
 	l.need.Store(minTripSamples)
 	l.startProbeLocked(time.Time{}, c.InitialLimit)
+	if admitAll {
+		l.phase = starting
+	}
 	l.publishLocked()
 	return l
 }
 
 func (l *little) Limit() int { return int(l.current.Load()) }
 
-// granted counts a permit granted during a probe's admission.
-func (l *little) granted() {
-	if l.counting.Load() {
-		l.grants.Add(1)
+// granted counts a permit granted during a probe's admission into the
+// probe's cohort, until the quota is filled. The calls granted after, while
+// no call has yet returned to end the admission, may meet the queue the
+// cohort made: they are not the probe's.
+func (l *little) granted(inflight int) bool {
+	if !l.careful.Load() {
+		return false
 	}
+	for in := int64(inflight); ; {
+		m := l.mostIn.Load()
+		if in <= m || l.mostIn.CompareAndSwap(m, in) {
+			break
+		}
+	}
+	if !l.counting.Load() {
+		return false
+	}
+	n, quota := l.grants.Add(1), l.quota.Load()
+	if n >= quota {
+		l.counting.Store(false)
+	}
+	return n <= quota
 }
 
 func (l *little) publishLocked() {
 	n := int(l.limit)
-	if l.phase != steady && l.b != 0 {
+	switch {
+	case l.phase == starting:
+		n = l.cfg.MaxLimit
+	case l.phase != steady && l.b != 0:
 		n = l.probeLimit
 	}
 	l.current.Store(int64(max(n, l.cfg.MinLimit)))
 	l.careful.Store(l.phase != steady)
-	l.counting.Store(l.phase == probing)
+	l.counting.Store((l.phase == starting || l.phase == probing) && l.grants.Load() < l.quota.Load())
 }
 
 func (l *little) Update(s Sample) int {
@@ -203,24 +235,25 @@ func (l *little) closeLocked(at time.Time) {
 		l.limit *= 1 - rt.dropShare()*(1-l.cfg.BackoffRatio)
 	}
 	l.clampLocked()
-	if full && l.reprobeLocked(at) {
+	if full && l.reprobeLocked(at, late) {
 		l.startProbeLocked(at, int(probeDepth*x*b/(1+t)))
 	}
 }
 
 // reprobeLocked reports whether b needs measuring again, now that the
-// limit is full: the first probe, the start, was not held below the
-// capacity; b is old, or rests on too few calls for the spread; or the
-// limit has halved since the last probe, as when the downstream slowed.
-func (l *little) reprobeLocked(at time.Time) bool {
-	return l.probes == 1 || at.Sub(l.bAt) >= probeEvery ||
-		l.nb < float64(l.need.Load())/2 || l.limit <= l.probedAt/2
+// limit is full: b is old; or it rests on too few calls for the spread
+// and the round trip was late; or the limit has halved since the last
+// probe (or the start), as when the downstream slowed.
+func (l *little) reprobeLocked(at time.Time, late bool) bool {
+	return at.Sub(l.bAt) >= probeEvery || l.limit <= l.probedAt/2 ||
+		late && (l.probes == 1 || l.nb < float64(l.need.Load())/2)
 }
 
-// toleranceLocked is t for a round trip of n successes.
+// toleranceLocked is t for a round trip of n calls: lateSigmas standard
+// errors of the difference between its mean and b, which rests on nb calls.
 func (l *little) toleranceLocked(n int) float64 {
 	cv := max(l.cv, 0)
-	return max(minTolerance, lateSigmas*cv/math.Sqrt(float64(n)))
+	return max(minTolerance, lateSigmas*cv*math.Sqrt(1/float64(n)+1/max(l.nb, 1)))
 }
 
 // observeSpreadLocked folds a round trip's RTT variance into the moving
@@ -265,19 +298,24 @@ func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.probes++
 	l.probedAt = l.limit
 	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
-	if l.probes == 1 {
-		l.probeLimit = int(l.limit)
-	}
 	l.probeFrom, l.probeTo = at, time.Time{}
 	l.probeN, l.probeSum, l.probeSq = 0, 0, 0
+	l.mostIn.Store(0)
 	l.probeBack, l.probeGranted = 0, 0
 	l.grants.Store(0)
+	l.quota.Store(int64(l.probeCalls()))
 }
 
 // probeLocked times the calls granted under the probe limit. Admission
 // ends once probeCalls have been granted; the probe ends when every call
 // granted until then has returned, the slow ones included.
 func (l *little) probeLocked(s Sample) {
+	if l.phase == starting {
+		// The first call is back: the calls in flight become the limit.
+		l.phase = probing
+		l.limit = max(l.limit, float64(l.mostIn.Load()))
+		l.clampLocked()
+	}
 	if s.RTT < 0 {
 		// A stream: no start time to place it in the probe or not.
 		if s.Outcome != Ignored {
@@ -285,12 +323,29 @@ func (l *little) probeLocked(s Sample) {
 		}
 		return
 	}
-	start := s.At.Add(-s.RTT) // the first probe's probeFrom is zero: every call counts
-	mine := !start.Before(l.probeFrom) && (l.phase == probing || !start.After(l.probeTo))
-	if l.b == 0 && s.Outcome == Success && float64(s.Inflight) >= fullShare*l.limit {
-		// The first probe is a slow start: it knows no capacity to stay
-		// below, and grows a limit its calls fill by one per call.
-		l.grow(1)
+	if quota := int(l.quota.Load()); l.phase == probing && int(l.grants.Load()) >= quota {
+		l.phase = collecting
+		l.probeTo = s.At
+		l.probeGranted = quota
+	}
+	// The cohort's calls, if a Limiter counts the grants; else the calls
+	// granted since the probe began and, once collecting, before that.
+	start := s.At.Add(-s.RTT) // the first probe's probeFrom is zero
+	mine := !start.Before(l.probeFrom) && s.cohort
+	if l.grants.Load() == 0 {
+		mine = !start.Before(l.probeFrom) && (l.phase == probing || !start.After(l.probeTo))
+	}
+	if l.b == 0 {
+		// The start is a slow start: it knows no capacity to stay below,
+		// grows a limit its calls fill by one per call, and backs off on
+		// a drop.
+		switch {
+		case s.Outcome == Dropped:
+			l.limit *= l.cfg.BackoffRatio
+			l.clampLocked()
+		case s.Outcome == Success && float64(s.Inflight) >= fullShare*l.limit:
+			l.grow(1)
+		}
 	}
 	if mine {
 		l.probeBack++
@@ -301,10 +356,10 @@ func (l *little) probeLocked(s Sample) {
 			l.longest = max(l.longest, s.RTT)
 		}
 	}
-	if l.phase == probing && (l.grants.Load() >= int64(l.probeCalls()) || l.probeBack >= l.probeCalls()) {
+	if l.phase == probing && l.probeBack >= l.probeCalls() {
+		// No Limiter counts the grants: the calls that returned are the probe.
 		l.phase = collecting
 		l.probeTo = s.At
-		l.probeGranted = int(l.grants.Swap(0))
 	}
 	if l.phase == collecting {
 		// Every call granted is back; or, if the calls granted are not
@@ -324,9 +379,14 @@ func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.reset(at)
 	if l.probeN == 0 {
+		// Every call of the probe was dropped: no b to keep, measure again.
+		l.startProbeLocked(at, l.probeLimit)
 		return
 	}
 	m := l.probeSum / time.Duration(l.probeN)
+	if l.b == 0 {
+		l.probedAt = l.limit // the start's limit: a halving from it calls a probe
+	}
 	l.observeSpreadLocked(trip{n: l.probeN, sumRTT: l.probeSum, sumSq: l.probeSq})
 	// b is the mean of the probes' calls, the older ones weighing at
 	// most two probes' worth, so that b follows a downstream that changed.

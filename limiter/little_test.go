@@ -1,11 +1,17 @@
 package limiter
 
 import (
+	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/internal/backend"
 )
 
 // steadyLittle returns the default rule past its first probes, at limit
@@ -13,7 +19,7 @@ import (
 // next round trip opens.
 func steadyLittle(t *testing.T, limit float64) (*little, time.Time) {
 	t.Helper()
-	l := newLittle(AIMDConfig{})
+	l := newLittle(AIMDConfig{}, true)
 	l.phase, l.probes = steady, 2
 	l.limit, l.b, l.nb, l.bAt = limit, 10*time.Millisecond, 100, t0
 	l.cv, l.spreadMean, l.spreadVar = 0.1, 10_000, 1_000_000
@@ -71,10 +77,12 @@ func TestLittlePhases(t *testing.T) {
 			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, probing},
 		{"b 30 s old, not full: no probe", func(l *little) { l.bAt = t0.Add(-time.Minute) },
 			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 5, Success) }, steady},
-		{"after the start, full: probe", func(l *little) { l.probes = 1 },
-			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, probing},
-		{"b on too few calls: probe", func(l *little) { l.nb = 2 },
-			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, probing},
+		{"after the start, full and on time: no probe", func(l *little) { l.probes = 1 },
+			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, steady},
+		{"b on too few calls, late: probe", func(l *little) { l.nb = 2 },
+			func(at time.Time) []Sample { return roundTrip(at, 20*ms, 10, 40, Success) }, probing},
+		{"b on too few calls, on time: no probe", func(l *little) { l.nb = 2 },
+			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, steady},
 		{"limit halved since the last probe: probe", func(l *little) { l.probedAt = 100 },
 			func(at time.Time) []Sample { return roundTrip(at, 30*ms, 10, 40, Success) }, probing},
 	}
@@ -97,7 +105,9 @@ func TestLittlePhases(t *testing.T) {
 // during its admission has returned, so the rare slow calls of a
 // cache-like service count in b. Averaged over its first returns, it read
 // the fast calls only (a third of the mean), and every round trip after
-// was late.
+// was late. A call granted after the admission, before any call returned
+// to end it, is not the probe's: it may have met the queue the probe's
+// calls made.
 func TestLittleProbeCountsSlowCalls(t *testing.T) {
 	ms := time.Millisecond
 	l, at := steadyLittle(t, 40)
@@ -105,22 +115,35 @@ func TestLittleProbeCountsSlowCalls(t *testing.T) {
 	feed(l, roundTrip(at, 10*ms, 10, 40, Success))
 	require.Equal(t, probing, l.phase)
 	from := l.probeFrom
-	// 20 calls granted: 18 fast, 2 ten times slower.
-	for range 20 {
-		l.granted()
+	// 16 calls granted: 14 fast, 2 ten times slower; then one more.
+	n := l.probeCalls()
+	require.Equal(t, 16, n)
+	for range n {
+		require.True(t, l.granted(5), "a grant within the quota joins the cohort")
 	}
-	fast := roundTrip(from, 5*ms, 18, 5, Success)
-	feed(l, fast)
+	require.False(t, l.granted(5), "a grant past the quota does not")
+	feed(l, cohort(roundTrip(from, 5*ms, 14, 5, Success)))
 	require.Equal(t, collecting, l.phase, "admission over")
-	assert.Equal(t, 20, l.probeGranted)
-	feed(l, roundTrip(from, 50*ms, 1, 5, Success))
+	assert.Equal(t, 16, l.probeGranted)
+	feed(l, roundTrip(from, 500*ms, 1, 5, Success))
+	require.Equal(t, collecting, l.phase, "the call granted after is not the probe's")
+	feed(l, cohort(roundTrip(from, 50*ms, 1, 5, Success)))
 	require.Equal(t, collecting, l.phase, "one slow call still out")
-	feed(l, roundTrip(from, 50*ms, 1, 5, Success))
+	feed(l, cohort(roundTrip(from, 50*ms, 1, 5, Success)))
 	require.Equal(t, steady, l.phase)
-	// The probe's mean, (18·5 + 2·50) / 20 = 9.5 ms, weighed with the old b.
-	w, n := float64(2*l.probeCalls()), 20.0
-	want := (10*w + 9.5*n) / (w + n)
+	// The probe's mean, (14·5 + 2·50) / 16 = 10.625 ms, weighed with the
+	// old b at two probes' worth, of the size the probe's spread now asks.
+	w := float64(2 * l.probeCalls())
+	want := (10*w + 10.625*float64(n)) / (w + float64(n))
 	assert.InDelta(t, want, float64(l.b)/float64(ms), 1e-6)
+}
+
+// cohort marks samples as the calls of a probe's cohort.
+func cohort(samples []Sample) []Sample {
+	for i := range samples {
+		samples[i].cohort = true
+	}
+	return samples
 }
 
 // TestLittleSpread: the spread is averaged over round trips' variances,
@@ -144,4 +167,50 @@ func TestLittleSpread(t *testing.T) {
 	assert.Greater(t, l.cv, 1.2)
 	assert.Less(t, l.cv, 2.5)
 	assert.Equal(t, maxWindowSamples, int(l.need.Load()))
+}
+
+// TestColdStartRefusesNothing: a fresh default Limiter in front of a
+// healthy downstream (room for every call) admits what arrives, however
+// much arrives at once. Started at a limit of 20, it refused 180 of a
+// burst of 200 and then a tenth of looping callers' calls.
+func TestColdStartRefusesNothing(t *testing.T) {
+	const s = 20 * time.Millisecond
+	tests := []struct {
+		name    string
+		dist    backend.Dist
+		callers int
+		loops   time.Duration // how long each caller keeps calling; 0 calls once
+	}{
+		{"a burst of 200", backend.Constant, 200, 0},
+		{"200 callers for 2 s", backend.Constant, 200, 2 * time.Second},
+		{"200 callers for 2 s, cache-like times", backend.Bimodal, 200, 2 * time.Second},
+		{"500 callers for 2 s, noisy times", backend.Exponential, 500, 2 * time.Second},
+		{"30 callers for 2 s", backend.Constant, 30, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				be, err := backend.New("fifo", 10*tt.callers, s, tt.dist)
+				require.NoError(t, err)
+				lim, err := New()
+				require.NoError(t, err)
+				var calls, rejected atomic.Int64
+				var wg sync.WaitGroup
+				end := time.Now().Add(tt.loops)
+				for range tt.callers {
+					wg.Go(func() {
+						for first := true; first || time.Now().Before(end); first = false {
+							calls.Add(1)
+							if err := limitedCall(t.Context(), lim, be); errors.Is(err, ErrLimitExceeded) {
+								rejected.Add(1)
+								time.Sleep(s) // a caller turned away comes back later
+							}
+						}
+					})
+				}
+				wg.Wait()
+				assert.Zero(t, rejected.Load(), "rejected of %d calls", calls.Load())
+			})
+		})
+	}
 }

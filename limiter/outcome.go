@@ -60,6 +60,10 @@ type Sample struct {
 	// that keep time windows use it instead of reading a clock, so that
 	// they are deterministic given their samples.
 	At time.Time
+
+	// cohort is set when the algorithm counted the call's grant into a
+	// cohort it measures (see grantCounter).
+	cohort bool
 }
 
 // UntimedRTT is the RTT of a Sample whose call's duration is not a latency

@@ -48,7 +48,7 @@ func TestDefaultsProtect(t *testing.T) {
 		// noise hides spare capacity, so a doubling is found more slowly
 		// (measured: 94% of ideal after 2 s for FIFO).
 		{"fifo", 64, 10 * time.Millisecond, backend.Exponential, 0.92, 6},
-		{"ps", 64, 10 * time.Millisecond, backend.Exponential, 0.92, 6.5},
+		{"ps", 64, 10 * time.Millisecond, backend.Exponential, 0.92, 6.75},
 	}
 	if testing.Short() || raceEnabled {
 		cases = cases[:2] // make test runs the rest without -race

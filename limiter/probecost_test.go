@@ -14,31 +14,14 @@ import (
 	"github.com/sluice-go/sluice/internal/loadgen"
 )
 
-// TestFirstProbe: a limiter that starts under 2× overload learns its first
-// baseline from queued calls, and its first probe drains that queue. What
-// the probe costs and what follows it show in the first seconds, which
-// make bench-overload's 5 s windows count whole.
-//
-//   - A probe measures about one RTT's worth of calls at its lowered limit.
-//     Measuring a whole round trip's samples (10 at least) at a quarter of
-//     the limit took 2.5 RTTs, which at S = 100 ms cost 2–3.5 % of the
-//     first 5 s.
-//   - A probe that finds the RTT below the baseline scales the limit down
-//     with it. Restored whole, the limit (1.9 C, set against a baseline
-//     with a queue in it) rebuilt the queue for the ten round trips it took
-//     to back off: with processor sharing, p99 2.1 S in the second after.
-//   - The first probe comes after three full round trips. Waiting for
-//     eight round trips and then half a second put it 2.5–3 s into a run
-//     at S = 100 ms, inside the window that make bench-overload measures
-//     (arrivals from 1 s to 6 s): 96.9–97.5 % of ideal with FIFO and
-//     95.7–97.5 % with processor sharing there.
-//
-// Slow start grows only a limit its calls nearly fill (slowStartFill),
-// which slows its climb under overload: counted from the cold start, FIFO
-// at S = 100 ms keeps 97.8–98.9 % of ideal where it kept 98.8–99.0 %
-// growing at half full (hence 0.975, not 0.98), and keeps 100.1–100.2 %
-// after the first second; processor sharing went from 97.9–99.5 % at
-// p99 1.90–1.92·S to 99.0–100.4 % at 1.74–1.82·S.
+// TestFirstProbe: a limiter that starts under 2× overload admits every
+// call until the first returns (so that a fresh process in front of a
+// healthy downstream refuses nothing), slow-starts from what was then in
+// flight, and its first probe drains the queue that start made. The start
+// costs the calls admitted in its first round trip: with processor
+// sharing at S = 100 ms they share the backend with 3–4 C others, which
+// the p99 over the first 6 s shows. bench/RESULTS.md has the numbers
+// against the previous start from a limit of 20.
 func TestFirstProbe(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("make test runs it without -race")
@@ -52,10 +35,10 @@ func TestFirstProbe(t *testing.T) {
 		from, to   time.Duration // the window whose p99 is measured
 		maxP99     float64       // in service times
 	}{
-		{"fifo", 100 * time.Millisecond, 0, 0.975, 0, 6 * time.Second, 2},
-		{"fifo", 100 * time.Millisecond, time.Second, 0.99, 0, 6 * time.Second, 2},
-		{"ps", 100 * time.Millisecond, time.Second, 0.978, 0, 6 * time.Second, 2},
-		{"ps", 20 * time.Millisecond, 0, 0.98, time.Second, 3 * time.Second, 1.8},
+		{"fifo", 100 * time.Millisecond, 0, 0.975, 0, 6 * time.Second, 2.75},
+		{"fifo", 100 * time.Millisecond, time.Second, 0.99, 0, 6 * time.Second, 2.75},
+		{"ps", 100 * time.Millisecond, time.Second, 0.97, 0, 6 * time.Second, 4},
+		{"ps", 20 * time.Millisecond, 0, 0.98, time.Second, 3 * time.Second, 2.5},
 	}
 	for _, tc := range cases {
 		for seed := uint64(1); seed <= 3; seed++ {
@@ -118,7 +101,7 @@ func TestColdNoisyStart(t *testing.T) {
 					goodput := rep.Phase(0, time.Second).Goodput / rate
 					p99 := float64(loadgen.Summarize(rep.Calls, 10*s, 3*time.Second, 6*time.Second).P99) / float64(s)
 					t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, limit %d", 100*goodput, p99, lim.Limit())
-					assert.GreaterOrEqual(t, goodput, 0.96, "goodput / ideal")
+					assert.GreaterOrEqual(t, goodput, 0.95, "goodput / ideal")
 					assert.LessOrEqual(t, p99, tc.maxP99, "p99 in service times")
 					assert.LessOrEqual(t, lim.Limit(), tc.maxLimit, "limit at the end")
 					assert.Zero(t, lim.Inflight(), "in flight after the run")

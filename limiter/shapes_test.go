@@ -59,7 +59,7 @@ func runShape(t *testing.T, r shapeRun, c int, s time.Duration) shapeResult {
 		require.NoError(t, err)
 		opts = append(opts, WithAlgorithm(v))
 	case *shapesAlg == "little":
-		opts = append(opts, WithAlgorithm(newLittle(AIMDConfig{})))
+		opts = append(opts, WithAlgorithm(newLittle(AIMDConfig{}, true)))
 	case *shapesAlg == "gradient2":
 		g, err := NewGradient2(Gradient2Config{})
 		require.NoError(t, err)

@@ -705,8 +705,10 @@ func (*Limit_Fixed) isLimit_Algorithm() {}
 // Aimd configures limiter.AIMDConfig.
 type Aimd struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The limit before any sample, in [min_limit, max_limit]. Default 20, or
-	// min_limit if larger, or max_limit if smaller.
+	// The limit before any call has returned, in [min_limit, max_limit].
+	// Unset or 0: every call is admitted until the first returns, and the
+	// limit then slow-starts from the calls in flight, or from 20 (min_limit
+	// if larger, max_limit if smaller) if fewer were.
 	InitialLimit int32 `protobuf:"varint,1,opt,name=initial_limit,json=initialLimit,proto3" json:"initial_limit,omitempty"`
 	// The floor of the limit, in [1, 1048576]. Default 1.
 	MinLimit int32 `protobuf:"varint,2,opt,name=min_limit,json=minLimit,proto3" json:"min_limit,omitempty"`
