@@ -72,14 +72,17 @@ type little struct {
 	need     atomic.Int64
 	win      window
 
-	mu       sync.Mutex
-	phase    phase
-	limit    float64
-	b        time.Duration // no-load RTT; 0 until the first probe ends
-	nb       float64       // calls behind b
-	bAt      time.Time     // when b was last measured
-	probes   int
-	probedAt float64 // the limit when the last probe started
+	mu    sync.Mutex
+	phase phase
+	limit float64
+	b     time.Duration // no-load RTT; 0 until the first probe ends
+	nb    float64       // calls behind b
+	// unconfirmed: b may hold a queue, measured by the start or by a
+	// probe that found the b before it too high
+	unconfirmed bool
+	bAt         time.Time // when b was last measured
+	probes      int
+	probedAt    float64 // the limit when the last probe started
 	// spread of RTTs: moving averages of round trips' mean (µs) and
 	// variance (µs²), and the coefficient of variation they give.
 	spreadMean, spreadVar, cv float64
@@ -246,7 +249,7 @@ func (l *little) closeLocked(at time.Time) {
 // probe (or the start), as when the downstream slowed.
 func (l *little) reprobeLocked(at time.Time, late bool) bool {
 	return at.Sub(l.bAt) >= probeEvery || l.limit <= l.probedAt/2 ||
-		late && (l.probes == 1 || l.nb < float64(l.need.Load())/2)
+		late && (l.unconfirmed || l.nb < float64(l.need.Load())/2)
 }
 
 // toleranceLocked is t for a round trip of n calls: lateSigmas standard
@@ -390,8 +393,15 @@ func (l *little) endProbeLocked(at time.Time) {
 	l.observeSpreadLocked(trip{n: l.probeN, sumRTT: l.probeSum, sumSq: l.probeSq})
 	// b is the mean of the probes' calls, the older ones weighing at
 	// most two probes' worth, so that b follows a downstream that changed.
+	// A b the start measured, or one this probe finds too high by more
+	// than the tolerance, held a queue: it is replaced, and stays
+	// unconfirmed, since the probe's own limit may have held one too.
 	w := min(l.nb, float64(2*l.probeCalls()))
 	n := float64(l.probeN)
+	l.unconfirmed = l.b == 0 || float64(m)*(1+l.toleranceLocked(l.probeN)) < float64(l.b)
+	if l.unconfirmed {
+		w = 0
+	}
 	l.b = time.Duration((float64(l.b)*w + float64(m)*n) / (w + n))
 	l.nb = w + n
 	l.bAt = at

@@ -20,7 +20,8 @@ import (
 // flight, and its first probe drains the queue that start made. The start
 // costs the calls admitted in its first round trip: with processor
 // sharing at S = 100 ms they share the backend with 3–4 C others, which
-// the p99 over the first 6 s shows. bench/RESULTS.md has the numbers
+// the p99 over the first 6 s shows, and the probes that bring b down from
+// what the start measured cost goodput. bench/RESULTS.md has the numbers
 // against the previous start from a limit of 20.
 func TestFirstProbe(t *testing.T) {
 	if testing.Short() || raceEnabled {
@@ -37,7 +38,7 @@ func TestFirstProbe(t *testing.T) {
 	}{
 		{"fifo", 100 * time.Millisecond, 0, 0.975, 0, 6 * time.Second, 2.75},
 		{"fifo", 100 * time.Millisecond, time.Second, 0.99, 0, 6 * time.Second, 2.75},
-		{"ps", 100 * time.Millisecond, time.Second, 0.97, 0, 6 * time.Second, 4},
+		{"ps", 100 * time.Millisecond, time.Second, 0.92, 0, 6 * time.Second, 4},
 		{"ps", 20 * time.Millisecond, 0, 0.98, time.Second, 3 * time.Second, 2.5},
 	}
 	for _, tc := range cases {

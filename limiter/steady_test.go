@@ -30,18 +30,18 @@ func TestSteadyStateKeepsWorkersBusy(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lim, be := newLimitedBackend(t, "ps", c, s, backend.Constant)
 
-				// Count the milliseconds from 2 s on (after the cold
-				// start and its first probe) with fewer calls in flight
-				// than workers.
+				// Count the milliseconds from 4 s on (after the cold
+				// start and the probes that bring b down from what the
+				// start measured) with fewer calls in flight than workers.
 				var ticks, starved int
-				stop := sampleEvery(time.Millisecond, 2*time.Second, func() {
+				stop := sampleEvery(time.Millisecond, 4*time.Second, func() {
 					ticks++
 					if lim.Inflight() < c {
 						starved++
 					}
 				})
 				defer stop() // also when runLoad fails
-				runLoad(t, lim, be, s, 5*float64(c)/s.Seconds(), 6*time.Second, seed)
+				runLoad(t, lim, be, s, 5*float64(c)/s.Seconds(), 8*time.Second, seed)
 				stop()
 				require.Positive(t, ticks)
 				share := float64(starved) / float64(ticks)
