@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -524,6 +525,77 @@ func TestFreshProcessRefusesNothing(t *testing.T) {
 			for i, err := range errs {
 				require.NoError(t, err, "call %d", i)
 			}
+		})
+	}
+}
+
+// TestFreshProcessLoopingCallers: 200 callers calling in a loop for 2 s
+// through a fresh default limiter, on either side, in front of a 20 ms
+// handler with room for all of them. Started at a limit of 20, the server
+// refused 10–25 % of their calls, all in the first second.
+func TestFreshProcessLoopingCallers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2 s of load per row")
+	}
+	const callers, work, load = 200, 20 * time.Millisecond, 2 * time.Second
+	tests := []struct {
+		name string
+		ec   envConfig
+	}{
+		{"client, unprotected server", envConfig{noServer: true}},
+		{"server, unprotected client", envConfig{noClient: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+				done := time.NewTimer(work) // the handler's work
+				defer done.Stop()
+				select {
+				case <-done.C:
+					return &testpb.UnaryResponse{}, nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}}
+			e := newEnv(t, svc, tt.ec)
+			// Drain newEnv's channels, which hold 1000, while the load runs.
+			stop := make(chan struct{})
+			var drained sync.WaitGroup
+			drained.Go(func() {
+				for {
+					select {
+					case <-e.releases:
+					case <-e.rejections:
+					case <-stop:
+						return
+					}
+				}
+			})
+			defer func() { close(stop); drained.Wait() }()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			end := time.Now().Add(load)
+			var calls, refused, failed atomic.Int64
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Go(func() {
+					for time.Now().Before(end) {
+						_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+						switch {
+						case status.Code(err) == codes.ResourceExhausted:
+							refused.Add(1)
+						case err != nil:
+							failed.Add(1)
+						}
+						calls.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("%d calls, %d refused, %d failed", calls.Load(), refused.Load(), failed.Load())
+			require.Positive(t, calls.Load())
+			assert.Zero(t, failed.Load(), "calls failed otherwise")
+			assert.LessOrEqual(t, float64(refused.Load()), 0.01*float64(calls.Load()), "calls refused")
 		})
 	}
 }
