@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,4 +117,34 @@ func TestLateServerStillBacksOff(t *testing.T) {
 	// The deadline is 10 × what the server has learned a call takes.
 	require.Error(t, call(10*work))
 	assert.Equal(t, 5, gateOf(e.coreOf(e.srv), unaryMethod).lim.Limit(), "a call the server made late is overload")
+}
+
+// TestFreshServerHearsOverruns: a fresh server whose every call overruns
+// its deadline (a downstream stuck from the start) has no OK call to judge
+// the deadlines by, and an overrun then counts as overload. Ignored, as
+// once they were, they left a fresh default limiter that had admitted
+// every call holding the limit where the start put it: over real gRPC,
+// processor sharing at 5× from the first call kept no call within its
+// deadline.
+func TestFreshServerHearsOverruns(t *testing.T) {
+	const calls = 50
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		<-ctx.Done() // stuck downstream: only the deadline ends it
+		return nil, ctx.Err()
+	}}
+	e := newEnv(t, svc, envConfig{noClient: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*work)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
+			assert.Error(t, err)
+		})
+	}
+	wg.Wait()
+	for range calls {
+		e.awaitRelease(t, "server")
+	}
+	assert.Less(t, gateOf(e.coreOf(e.srv), unaryMethod).lim.Limit(), calls/2, "the overruns of a fresh server are overload")
 }

@@ -272,12 +272,15 @@ func (s *Server) admitServer(ctx context.Context, r *route) (limiter.Token, time
 // the limiter has seen its OK calls take. Otherwise the caller chose a
 // deadline too short for the work, or already expired, and the call is
 // Ignored without consulting the Classifier: a caller must not be able to
-// lower the limit that every caller shares. Streams live as long as their
-// clients want, so their deadlines are never the server's doing.
+// lower the limit that every caller shares. Before any call has answered
+// OK there is nothing to judge by, and an overrun counts: a fresh server
+// whose downstream is stuck, or which admitted more than it can serve,
+// must hear it. Streams live as long as their clients want, so their
+// deadlines are never the server's doing.
 func (s *Server) finishServer(ctx context.Context, r *route, tok *limiter.Token, arrived time.Time, res Result) {
 	if late(ctx) {
 		learned := time.Duration(r.gate.rtt.Load())
-		if res.Stream || learned <= 0 || time.Since(arrived) <= lateFactor*learned {
+		if res.Stream || learned > 0 && time.Since(arrived) <= lateFactor*learned {
 			s.release(ctx, r, tok, limiter.Ignored, !res.Stream)
 			return
 		}

@@ -71,18 +71,18 @@ func TestServerOutcomeAdjustsLimit(t *testing.T) {
 		{"RESOURCE_EXHAUSTED from the handler backs off",
 			func(context.Context) error { return status.Error(codes.ResourceExhausted, "downstream full") },
 			nil, codes.ResourceExhausted, 5},
-		// Before the limiter has seen a call finish, nothing says the
-		// server was slow: the overruns below are the caller's deadline
-		// (TestLateServerStillBacksOff has the server's own).
-		{"a deadline overrun with nothing learned is ignored",
+		// Before any call has answered OK there is nothing to judge a
+		// deadline by, and an overrun counts (TestFreshServerHearsOverruns;
+		// TestAttackDeadlineCannotLowerLimit has the rule once it has).
+		{"a deadline overrun with nothing learned counts",
 			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
 			func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
 				ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 				defer cancel()
 				_, err := c.Unary(ctx, &testpb.UnaryRequest{})
 				return err
-			}, codes.DeadlineExceeded, 10},
-		{"a handler finishing after the deadline with nothing learned is ignored",
+			}, codes.DeadlineExceeded, 5},
+		{"a handler finishing after the deadline with nothing learned counts",
 			func(ctx context.Context) error { <-ctx.Done(); return nil },
 			func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
 				ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
@@ -94,7 +94,7 @@ func TestServerOutcomeAdjustsLimit(t *testing.T) {
 					return status.Error(codes.DeadlineExceeded, "late")
 				}
 				return err
-			}, codes.DeadlineExceeded, 10},
+			}, codes.DeadlineExceeded, 5},
 		{"a cancelled call changes nothing",
 			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
 			func(t *testing.T, c testpb.TestServiceClient, entered <-chan struct{}) error {
