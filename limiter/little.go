@@ -48,7 +48,8 @@ const (
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))   the tolerance: the calls' spread, not their shape
 //	c = m·b/r                          calls the downstream carries without a queue (Little's law)
-//	full (m ≥ 0.9·limit) and late (r > (1+t)·b): limit moves half way down to (1+t)·c
+//	full (m ≥ 0.9·limit) and late (r > (1+t)·b): limit moves half way down to (1+t)·c,
+//	  all the way while b is unconfirmed (see below): c then errs high if anything
 //	the limit reached (most in flight ≥ 0.9·limit) and not late: limit rises to (1+t)·c, by one at least
 //	otherwise the limit stays: the load, not the limit, set the RTT
 //	full with drops: their share of BackoffRatio off; all dropped: × BackoffRatio
@@ -59,8 +60,10 @@ const (
 // first probe is the start: every call is admitted until the first
 // returns, and a slow start from what was then in flight follows. Later
 // probes come when the limit is full and b is 30 s old, or the limit has
-// halved since the last probe, or the round trip was late and b rests on
-// the start alone or on fewer calls than half a round trip.
+// halved since the last probe, or the round trip was late and b is
+// unconfirmed or rests on fewer calls than half a round trip. b is
+// unconfirmed when the start measured it, or a probe found the b before
+// it too high: a queue may still be in it.
 type little struct {
 	cfg      AIMDConfig
 	current  atomic.Int64
@@ -229,6 +232,9 @@ func (l *little) closeLocked(at time.Time) {
 	reached := float64(rt.maxIn) >= fullShare*admits
 	late := r > (1+t)*b
 	switch {
+	case full && late && l.unconfirmed:
+		// b holds a queue if anything, and c errs high: all the way down.
+		l.limit = min(target, l.limit)
 	case full && late:
 		l.limit += downGain * min(target-l.limit, 0)
 	case reached && !late:
