@@ -49,7 +49,7 @@ const (
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))   the tolerance: the calls' spread, not their shape
 //	c = m·b/r                          calls the downstream carries without a queue (Little's law)
 //	full (m ≥ 0.9·limit) and late (r > (1+t)·b): limit moves half way down to (1+t)·c,
-//	  all the way while b is unconfirmed (see below): c then errs high if anything
+//	  all the way while b is unconfirmed (see below), since a queue in b makes c err high
 //	the limit reached (most in flight ≥ 0.9·limit) and not late: limit rises to (1+t)·c, by one at least
 //	otherwise the limit stays: the load, not the limit, set the RTT
 //	full with drops: their share of BackoffRatio off; all dropped: × BackoffRatio
