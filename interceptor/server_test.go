@@ -547,7 +547,21 @@ func TestFreshProcessLoopingCallers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Every call waits until the callers' first calls have all
+			// arrived, so that none returns before the last caller has
+			// started: what is measured is the start, not how fast this
+			// machine starts goroutines.
+			var arrived atomic.Int64
+			all := make(chan struct{})
 			svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+				if arrived.Add(1) == callers {
+					close(all)
+				}
+				select {
+				case <-all:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 				done := time.NewTimer(work) // the handler's work
 				defer done.Stop()
 				select {
