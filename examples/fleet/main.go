@@ -93,7 +93,7 @@ type options struct {
 	Quiet      bool
 	Command    string
 	// InitialLimit, if set, starts every server's AIMD limiter there
-	// instead of at the default 20.
+	// instead of admitting every call until the first returns.
 	InitialLimit int
 }
 
@@ -110,7 +110,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the arrival times (both runs get the same arrivals)")
 	fs.StringVar(&o.Out, "out", o.Out, "directory for fleet.md and fleet.png")
 	fs.BoolVar(&o.Quiet, "quiet", o.Quiet, "do not print the per-second lines")
-	fs.IntVar(&o.InitialLimit, "initial-limit", o.InitialLimit, "start every server's AIMD limiter at this limit (0: sluice's default, 20)")
+	fs.IntVar(&o.InitialLimit, "initial-limit", o.InitialLimit, "start every server's AIMD limiter at this limit (0: sluice's default, which admits every call until the first returns)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

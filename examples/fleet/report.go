@@ -182,5 +182,5 @@ func limitNote(o options) string {
 	if o.InitialLimit == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" Every limiter starts at %d (-initial-limit) instead of AIMD's default 20.", o.InitialLimit)
+	return fmt.Sprintf(" Every limiter starts at %d (-initial-limit) instead of AIMD's default start, which admits every call until the first returns.", o.InitialLimit)
 }
