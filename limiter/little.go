@@ -124,12 +124,7 @@ func (l *little) granted(inflight int) bool {
 	if !l.careful.Load() {
 		return false
 	}
-	for in := int64(inflight); ; {
-		m := l.mostIn.Load()
-		if in <= m || l.mostIn.CompareAndSwap(m, in) {
-			break
-		}
-	}
+	raise(&l.mostIn, int64(inflight))
 	if !l.counting.Load() {
 		return false
 	}

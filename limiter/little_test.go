@@ -77,7 +77,7 @@ func TestLittlePhases(t *testing.T) {
 			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, probing},
 		{"b 30 s old, not full: no probe", func(l *little) { l.bAt = t0.Add(-time.Minute) },
 			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 5, Success) }, steady},
-		{"after the start, full and on time: no probe", func(l *little) { l.probes = 1 },
+		{"after the start, full and on time: no probe", func(l *little) { l.unconfirmed = true },
 			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, steady},
 		{"b on too few calls, late: probe", func(l *little) { l.nb = 2 },
 			func(at time.Time) []Sample { return roundTrip(at, 20*ms, 10, 40, Success) }, probing},

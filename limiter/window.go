@@ -62,23 +62,19 @@ func (w *window) add(s Sample, minSamples int) bool {
 	} else {
 		w.sumRTT.Add(int64(s.RTT))
 		w.sumSq.Add(squaredMicros(s.RTT))
-		for m := w.maxRTT.Load(); int64(s.RTT) > m && !w.maxRTT.CompareAndSwap(m, int64(s.RTT)); m = w.maxRTT.Load() {
-		}
+		raise(&w.maxRTT, int64(s.RTT))
 		c = w.counts.Add(oneSample)
 	}
-	w.noteInflight(s.Inflight)
+	raise(&w.maxIn, int64(s.Inflight))
 	if !w.ready.Load() && start >= w.open.Load() {
 		w.ready.Store(true)
 	}
 	return w.ready.Load() && int(c>>32) >= minSamples
 }
 
-func (w *window) noteInflight(inflight int) {
-	for in := int64(inflight); ; {
-		m := w.maxIn.Load()
-		if in <= m || w.maxIn.CompareAndSwap(m, in) {
-			return
-		}
+// raise sets a to v if v is larger, lock-free.
+func raise(a *atomic.Int64, v int64) {
+	for m := a.Load(); v > m && !a.CompareAndSwap(m, v); m = a.Load() {
 	}
 }
 
