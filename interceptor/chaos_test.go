@@ -164,9 +164,14 @@ func deadlineStorm(t *testing.T, server []Option) {
 	}
 	e.srv.released, e.srv.rejected, e.cli.released, e.cli.rejected = signal, nil, signal, nil
 	// Connect first: calls of a few milliseconds could all expire while
-	// the connection is being set up.
-	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{Payload: "warm-up"})
-	require.NoError(t, err)
+	// the connection is being set up. And end each side's start (its first
+	// probe times 16 calls): until then a fresh limiter backs off on every
+	// drop, and a storm of overruns from its first calls can leave the
+	// client's limit at 1 and every call expiring in its queue.
+	for range 20 {
+		_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{Payload: "warm-up"})
+		require.NoError(t, err)
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 200) // bound the goroutines, not the calls
 	for i := range n {
