@@ -42,28 +42,29 @@ const (
 	spreadWeight  = 0.1              // weight of a round trip in the moving spread of RTTs
 )
 
-// little is AIMD's adaptive rule. Per round trip of n calls (drops count
-// with the time they took) with mean RTT r and mean calls in flight m,
-// against b, the mean RTT of calls that met no queue and rest on nb calls:
+// little is AIMD's adaptive rule. Per round trip of n calls in which m
+// calls were in flight on average, r is their time in flight per success
+// (an overrun counts with the time it took), and against b, the mean RTT
+// of calls that met no queue, resting on nb calls:
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))   the tolerance: the calls' spread, not their shape
-//	c = m·b/r                          calls the downstream carries without a queue (Little's law)
-//	full (m ≥ 0.9·limit) and late (r > (1+t)·b): limit moves half way down to (1+t)·c,
-//	  all the way while b is unconfirmed (see below), since a queue in b makes c err high
-//	the limit reached (most in flight ≥ 0.9·limit) and not late: limit rises to (1+t)·c, by one at least
-//	otherwise the limit stays: the load, not the limit, set the RTT
-//	full with drops: their share of BackoffRatio off; all dropped: × BackoffRatio
+//	c = m·b/r                          calls the downstream completes without a queue (Little's law)
+//	full (m ≥ 0.9·limit) and late (r > (1+t)·b): the limit moves half way down to (1+t)·c,
+//	  all the way while b is unconfirmed (a queue in b makes c err high), halving at most
+//	the limit reached and not late: it rises to (1+t)·c, by one per round trip of calls at least
+//	otherwise it stays: the load, not the limit, set the RTT
 //
-// b comes from probes, never from a minimum: the limit is held at
-// 0.9·c/(1+t) until probeCalls calls have been granted, and b is the mean
-// of all of them once the last has returned, the slow ones included. The
-// first probe is the start: every call is admitted until the first
-// returns, and a slow start from what was then in flight follows. Later
-// probes come when the limit is full and b is 30 s old, or the limit has
+// b is the mean RTT of a probe's calls: the limit is held at 0.9·c until
+// probeCalls have been granted, and b is their mean once all are back. A
+// probe comes when the limit is full and b is 30 s old, or the limit has
 // halved since the last probe, or the round trip was late and b is
-// unconfirmed or rests on fewer calls than half a round trip. b is
-// unconfirmed when the start measured it, or a probe found the b before
-// it too high: a queue may still be in it.
+// unconfirmed or rests on too few calls. A probe that finds b lower by
+// more than t cuts the limit to (1+t)·its depth; if its mean fell in
+// proportion to its depth, its own calls may have queued, and it probes
+// again at half the depth. The first probe is the start: every call is
+// admitted until the first returns, then the calls in flight are the
+// limit and grow by one per call while its cohort is granted; its b is
+// unconfirmed, measured behind a queue of unknown depth.
 type little struct {
 	cfg      AIMDConfig
 	current  atomic.Int64
@@ -81,8 +82,9 @@ type little struct {
 	b     time.Duration // no-load RTT; 0 until the first probe ends
 	nb    float64       // calls behind b
 	// unconfirmed: b may hold a queue, measured by the start or by a
-	// probe that found the b before it too high
+	// probe whose mean fell in proportion to its depth
 	unconfirmed bool
+	bDepth      int       // the probe limit b was measured at; 0 for the start's
 	bAt         time.Time // when b was last measured
 	probes      int
 	probedAt    float64 // the limit when the last probe started
@@ -205,18 +207,11 @@ func (l *little) clampLocked() {
 func (l *little) closeLocked(at time.Time) {
 	rt := l.win.close(at)
 	l.observeSpreadLocked(rt)
-	ok := rt.successes()
-	if ok == 0 && rt.drops > 0 {
-		l.limit *= l.cfg.BackoffRatio
-		l.clampLocked()
-		return
-	}
-	dur := at.Sub(rt.opened)
-	if rt.n == 0 || l.b == 0 || dur <= 0 {
+	if rt.n == 0 || l.b == 0 || !at.After(rt.opened) {
 		return
 	}
 	// Drops count with the time they took: an overrun is a late call.
-	r := float64(rt.sumRTT+rt.dropRTT) / float64(rt.n)
+	r := float64(rt.sumRTT+rt.dropRTT) / float64(rt.successes())
 	m := float64(rt.sumIn) / float64(rt.n)
 	x := m / r // Little: the calls in flight over their RTT
 	b := float64(l.b)
@@ -229,18 +224,19 @@ func (l *little) closeLocked(at time.Time) {
 	switch {
 	case full && late && l.unconfirmed:
 		// b holds a queue if anything, and c errs high: all the way down.
-		l.limit = min(target, l.limit)
+		l.limit = max(min(target, l.limit), l.limit/2)
 	case full && late:
 		l.limit += downGain * min(target-l.limit, 0)
 	case reached && !late:
-		l.grow(max(1, target-l.limit))
-	}
-	if full && rt.drops > 0 {
-		l.limit *= 1 - rt.dropShare()*(1-l.cfg.BackoffRatio)
+		l.grow(max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
 	}
 	l.clampLocked()
 	if full && l.reprobeLocked(at, late) {
-		l.startProbeLocked(at, int(probeDepth*x*b/(1+t)))
+		depth := probeDepth * x * b
+		if x == 0 {
+			depth = l.limit / 2 // no call succeeded: c is unknown, not 0
+		}
+		l.startProbeLocked(at, int(depth))
 	}
 }
 
@@ -347,7 +343,7 @@ func (l *little) probeLocked(s Sample) {
 		case s.Outcome == Dropped:
 			l.limit *= l.cfg.BackoffRatio
 			l.clampLocked()
-		case s.Outcome == Success && float64(s.Inflight) >= fullShare*l.limit:
+		case s.Outcome == Success && l.phase == probing && float64(s.Inflight) >= fullShare*l.limit:
 			l.grow(1)
 		}
 	}
@@ -384,26 +380,37 @@ func (l *little) endProbeLocked(at time.Time) {
 	l.win.reset(at)
 	if l.probeN == 0 {
 		// Every call of the probe was dropped: no b to keep, measure again.
-		l.startProbeLocked(at, l.probeLimit)
+		l.startProbeLocked(at, l.probeLimit/2)
 		return
 	}
 	m := l.probeSum / time.Duration(l.probeN)
-	if l.b == 0 {
-		l.probedAt = l.limit // the start's limit: a halving from it calls a probe
-	}
-	l.observeSpreadLocked(trip{n: l.probeN, sumRTT: l.probeSum, sumSq: l.probeSq})
-	// b is the mean of the probes' calls, the older ones weighing at
-	// most two probes' worth, so that b follows a downstream that changed.
-	// A b the start measured, or one this probe finds too high by more
-	// than the tolerance, held a queue: it is replaced, and stays
-	// unconfirmed, since the probe's own limit may have held one too.
-	w := min(l.nb, float64(2*l.probeCalls()))
 	n := float64(l.probeN)
-	l.unconfirmed = l.b == 0 || float64(m)*(1+l.toleranceLocked(l.probeN)) < float64(l.b)
-	if l.unconfirmed {
-		w = 0
+	depth := l.probeLimit
+	l.observeSpreadLocked(trip{n: l.probeN, sumRTT: l.probeSum, sumSq: l.probeSq})
+	t := l.toleranceLocked(l.probeN)
+	again := false
+	switch {
+	case l.b == 0:
+		// The start: its calls met a queue of unknown depth.
+		l.b, l.nb, l.unconfirmed, depth = m, n, true, 0
+		l.probedAt = l.limit
+	case float64(m)*(1+t) >= float64(l.b):
+		// b is the mean of the probes' calls, the older ones weighing at
+		// most two probes' worth, so that b follows a downstream that changed.
+		w := min(l.nb, float64(2*l.probeCalls()))
+		l.b = time.Duration((float64(l.b)*w + float64(m)*n) / (w + n))
+		l.nb = w + n
+		l.unconfirmed = false
+	default:
+		// A queue in b. If the mean fell in proportion to the depth, the
+		// probe's own calls may have queued: measure again at half the depth.
+		again = l.bDepth == 0 || float64(m)/float64(l.b) <= (1+t)*float64(depth)/float64(l.bDepth)
+		l.b, l.nb, l.unconfirmed = m, n, again
+		l.limit = min(l.limit, (1+t)*float64(depth))
+		l.clampLocked()
 	}
-	l.b = time.Duration((float64(l.b)*w + float64(m)*n) / (w + n))
-	l.nb = w + n
-	l.bAt = at
+	l.bDepth, l.bAt = depth, at
+	if again && depth > l.cfg.MinLimit {
+		l.startProbeLocked(at, depth/2)
+	}
 }

@@ -36,22 +36,28 @@ func TestLittleRule(t *testing.T) {
 		inflight int // every call's, at grant
 		drops    int
 		want     float64
+		limit    float64 // before the round trip
 	}{
 		// Full and late: c = m·b/r = 40·10/20 = 20, half way down to 1.3·c.
-		{"full and late", 20 * ms, 40, 0, 40 + 0.5*(1.3*20-40)},
+		{"full and late", 20 * ms, 40, 0, 40 + 0.5*(1.3*20-40), 40},
 		// Reached and on time: up to 1.3·c = 1.3·40.
-		{"full and on time", 10 * ms, 40, 0, 52},
-		{"on time near the limit: one at least", 12 * ms, 37, 0, 41},
+		{"full and on time", 10 * ms, 40, 0, 52, 40},
+		{"on time near the limit: one at least", 12 * ms, 37, 0, 41, 40},
 		// The load, not the limit, set the RTT: nothing moves.
-		{"late, not full", 30 * ms, 20, 0, 40},
-		{"on time, light", 10 * ms, 10, 0, 40},
-		// Drops count with their time and take their share when full.
-		{"full, one drop", 10 * ms, 40, 1, 52 * (1 - 0.1*0.1)},
-		{"all dropped", 10 * ms, 40, 10, 36},
+		{"late, not full", 30 * ms, 20, 0, 40, 40},
+		{"on time, light", 10 * ms, 10, 0, 40, 40},
+		// r is the time in flight per success: 100 ms / 9 calls, and c
+		// falls with the share of calls that succeeded.
+		{"full, one drop", 10 * ms, 40, 1, 1.3 * 40 * 9 / 10, 40},
+		// Nothing succeeded: late, and half way down to 0.
+		{"all dropped", 10 * ms, 40, 10, 20, 40},
+		// At a limit of 4, 10 calls are 2.5 round trips: one per round
+		// trip at least, more than 1.3·c = 5.2.
+		{"on time, small limit", 10 * ms, 4, 0, 4 + 10.0/4, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, at := steadyLittle(t, 40)
+			l, at := steadyLittle(t, tt.limit)
 			trip := roundTrip(at, tt.rtt, 10, tt.inflight, Success)
 			for i := range tt.drops {
 				trip[i].Outcome = Dropped
@@ -96,6 +102,56 @@ func TestLittlePhases(t *testing.T) {
 			assert.Equal(t, tt.want, l.phase)
 			if tt.want == probing {
 				assert.Less(t, l.Limit(), 40, "a probe lowers the limit")
+			}
+		})
+	}
+}
+
+// TestLittleProbeEnds checks what a probe's mean does to b, the limit and
+// the phase, from a b of 10 ms measured at a probe limit of 20.
+func TestLittleProbeEnds(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name      string
+		start     bool          // b is the start's
+		depth     int           // the probe's limit
+		mean      time.Duration // of its 16 calls; 0 if all were dropped
+		wantB     time.Duration
+		wantLimit float64
+		wantPhase phase
+		wantDepth int // the next probe's limit, when probing
+	}{
+		{name: "agrees: averaged, two probes' worth of the old",
+			depth: 18, mean: 10500 * time.Microsecond, wantB: (10*32 + 10.5*16) * ms / 48, wantLimit: 40, wantPhase: steady},
+		{name: "fell in proportion to the depth: again at half",
+			depth: 10, mean: 5 * ms, wantB: 5 * ms, wantLimit: 13, wantPhase: probing, wantDepth: 5},
+		{name: "fell, less than the depth: the queue is gone",
+			depth: 10, mean: 7 * ms, wantB: 7 * ms, wantLimit: 13, wantPhase: steady},
+		{name: "the start's b fell: again at half",
+			start: true, depth: 18, mean: 5 * ms, wantB: 5 * ms, wantLimit: 1.3 * 18, wantPhase: probing, wantDepth: 9},
+		{name: "all dropped: again at half",
+			depth: 18, wantB: 10 * ms, wantLimit: 40, wantPhase: probing, wantDepth: 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, at := steadyLittle(t, 40)
+			l.bDepth = 20
+			if tt.start {
+				l.bDepth, l.unconfirmed = 0, true
+			}
+			l.phase, l.probeLimit = collecting, tt.depth
+			if tt.mean > 0 {
+				l.probeN, l.probeSum = 16, 16*tt.mean
+				l.probeSq = 16 * squaredMicros(tt.mean)
+			}
+			l.mu.Lock()
+			l.endProbeLocked(at)
+			l.mu.Unlock()
+			assert.InDelta(t, float64(tt.wantB), float64(l.b), float64(time.Microsecond), "b")
+			assert.InDelta(t, tt.wantLimit, l.limit, 1e-6, "limit")
+			assert.Equal(t, tt.wantPhase, l.phase)
+			if tt.wantPhase == probing {
+				assert.Equal(t, tt.wantDepth, l.probeLimit, "the next probe's limit")
 			}
 		})
 	}
