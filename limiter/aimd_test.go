@@ -329,7 +329,9 @@ func TestWindowSubMicrosecond(t *testing.T) {
 	for i := range 10 {
 		w.add(Sample{RTT: 100 + time.Duration(i), Inflight: 1, Outcome: Success, At: t0.Add(time.Duration(i) * time.Microsecond)}, 10)
 	}
-	cv := w.close(t0.Add(time.Millisecond)).cv()
+	mean, variance, ok := w.close(t0.Add(time.Millisecond)).moments()
+	require.True(t, ok)
+	cv := math.Sqrt(variance) / mean
 	assert.False(t, math.IsNaN(cv))
 	assert.Equal(t, minTripSamples, samplesNeeded(cv))
 }

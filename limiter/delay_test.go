@@ -151,10 +151,10 @@ func TestDelayConfigErrors(t *testing.T) {
 func TestWindowCloses(t *testing.T) {
 	ms := time.Millisecond
 	var w window
-	var got []Sample
+	var got []trip
 	add := func(s Sample) {
 		if w.add(s, 3) {
-			got = append(got, w.close(s.At).sample())
+			got = append(got, w.close(s.At))
 		}
 	}
 
@@ -164,7 +164,11 @@ func TestWindowCloses(t *testing.T) {
 	assert.Empty(t, got, "two samples are not enough")
 	add(Sample{RTT: 50 * ms, Inflight: 9, Outcome: Dropped, At: open.Add(20 * ms)})
 	require.Len(t, got, 1)
-	assert.Equal(t, Sample{RTT: 15 * ms, Inflight: 9, Outcome: Dropped, At: open.Add(20 * ms)}, got[0])
+	rt := got[0]
+	assert.Equal(t, [4]int{3, 1, 9, 19}, [4]int{rt.n, rt.drops, rt.maxIn, rt.sumIn}, "calls, drops, most and sum in flight")
+	assert.Equal(t, [3]time.Duration{30 * ms, 20 * ms, 50 * ms}, [3]time.Duration{rt.sumRTT, rt.maxRTT, rt.dropRTT},
+		"summed and longest RTTs of successes, summed RTTs of drops")
+	assert.True(t, rt.opened.Equal(open) && rt.at.Equal(open.Add(20*ms)), "opened %v, closed %v", rt.opened, rt.at)
 
 	// The next window opened at 20 ms; a call that started before then
 	// cannot close it however many samples come in.
@@ -174,5 +178,5 @@ func TestWindowCloses(t *testing.T) {
 	assert.Len(t, got, 1)
 	add(Sample{RTT: 5 * ms, Inflight: 2, Outcome: Success, At: open.Add(41 * ms)})
 	require.Len(t, got, 2)
-	assert.Equal(t, Success, got[1].Outcome)
+	assert.Zero(t, got[1].drops)
 }

@@ -129,23 +129,6 @@ func (r trip) dropShare() float64 {
 	return float64(r.drops) / float64(r.n)
 }
 
-// cv returns the coefficient of variation of the successful RTTs, or -1
-// with fewer than two of them.
-func (r trip) cv() float64 {
-	ok := r.successes()
-	if ok < 2 || r.sumRTT <= 0 {
-		return -1
-	}
-	n := float64(ok)
-	mean := float64(r.sumRTT) / float64(time.Microsecond) / n
-	variance := max(float64(r.sumSq)/n-mean*mean, 0)
-	cv := math.Sqrt(variance) / mean
-	if math.IsNaN(cv) || math.IsInf(cv, 0) {
-		return -1
-	}
-	return cv
-}
-
 // moments returns the mean (µs) and the unbiased variance (µs²) of the
 // successful RTTs, or ok false with fewer than two of them.
 func (r trip) moments() (mean, variance float64, ok bool) {
@@ -156,21 +139,4 @@ func (r trip) moments() (mean, variance float64, ok bool) {
 	mean = float64(r.sumRTT) / float64(time.Microsecond) / n
 	variance = max(float64(r.sumSq)-n*mean*mean, 0) / (n - 1)
 	return mean, variance, true
-}
-
-// sample returns the round trip as one sample:
-//
-//   - Outcome is Dropped if any sample was dropped, else Success;
-//   - RTT is the mean RTT of the successful samples (0 if none);
-//   - Inflight is the largest in-flight count seen;
-//   - At is when the last sample ended.
-func (r trip) sample() Sample {
-	s := Sample{Outcome: Success, Inflight: r.maxIn, At: r.at}
-	if r.drops > 0 {
-		s.Outcome = Dropped
-	}
-	if ok := r.successes(); ok > 0 {
-		s.RTT = r.sumRTT / time.Duration(ok)
-	}
-	return s
 }
