@@ -26,9 +26,9 @@ type AIMDConfig struct {
 	MaxLimit int
 
 	// BackoffRatio multiplies the limit on a drop; it must be in
-	// [0.5, 1). Default 0.9. A late round trip, with the adaptive
-	// threshold, backs off by less when it is only a little late, and by
-	// half as much once the baseline is confirmed (see AIMD).
+	// [0.5, 1). Default 0.9. With the adaptive threshold it applies to
+	// drops before the first round trip has been measured and to drops
+	// of streams; a timed call's drop counts in its round trip (see AIMD).
 	BackoffRatio float64
 
 	// Timeout is the round-trip time above which a successful call counts
@@ -103,8 +103,8 @@ func (c AIMDConfig) Validate() error {
 // toward the calls the downstream can carry without a queue, by Little's
 // law: see the rule on little, and docs/design.md for the reasoning and
 // the measurements. A drop (RESOURCE_EXHAUSTED, an overrun deadline)
-// counts with the time it took, and a round trip of drops only multiplies
-// the limit by BackoffRatio.
+// counts with the time it took and not as a success, so a round trip in
+// which few calls succeed is late and the limit falls toward what did.
 //
 // With an explicit Timeout, or PerCall, AIMD is the classic rule of TCP
 // Reno and Netflix's AIMD: a drop, or a call slower than Timeout,
