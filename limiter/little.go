@@ -220,7 +220,10 @@ func (l *little) closeLocked(at time.Time) {
 	admits := math.Floor(l.limit) // what the Limiter enforces
 	full := m >= fullShare*admits
 	reached := float64(rt.maxIn) >= fullShare*admits
-	late := r > (1+t)*b
+	// Drops slower on average than a late round trip are overruns: late
+	// calls, however few, where fast refusals (a quota's) are not.
+	overran := float64(rt.dropRTT) > float64(rt.drops)*(1+t)*b
+	late := r > (1+t)*b || rt.drops > 0 && overran
 	switch {
 	case full && late && l.unconfirmed:
 		// b holds a queue if anything, and c errs high: all the way down.
