@@ -213,10 +213,13 @@ func (l *little) closeLocked(at time.Time) {
 	// Drops count with the time they took: an overrun is a late call.
 	r := float64(rt.sumRTT+rt.dropRTT) / float64(rt.successes())
 	m := float64(rt.sumIn) / float64(rt.n)
-	x := m / r // Little: the calls in flight over their RTT
 	b := float64(l.b)
 	t := l.toleranceLocked(rt.n)
-	target := (1 + t) * x * b
+	c := m * b / r // Little's law
+	if rt.successes() == 0 {
+		c = l.limit / 2 / (1 + t) // nothing succeeded: c is unknown, not 0
+	}
+	target := (1 + t) * c
 	admits := math.Floor(l.limit) // what the Limiter enforces
 	full := m >= fullShare*admits
 	reached := float64(rt.maxIn) >= fullShare*admits
@@ -227,7 +230,7 @@ func (l *little) closeLocked(at time.Time) {
 	switch {
 	case full && late && l.unconfirmed:
 		// b holds a queue if anything, and c errs high: all the way down.
-		l.limit = max(min(target, l.limit), l.limit/2)
+		l.limit = min(target, l.limit)
 	case full && late:
 		l.limit += downGain * min(target-l.limit, 0)
 	case reached && !late:
@@ -235,11 +238,7 @@ func (l *little) closeLocked(at time.Time) {
 	}
 	l.clampLocked()
 	if full && l.reprobeLocked(at, late) {
-		depth := probeDepth * x * b
-		if x == 0 {
-			depth = l.limit / 2 // no call succeeded: c is unknown, not 0
-		}
-		l.startProbeLocked(at, int(depth))
+		l.startProbeLocked(at, int(probeDepth*c))
 	}
 }
 

@@ -49,8 +49,9 @@ func TestLittleRule(t *testing.T) {
 		// r is the time in flight per success: 100 ms / 9 calls, and c
 		// falls with the share of calls that succeeded.
 		{"full, one drop", 10 * ms, 40, 1, 1.3 * 40 * 9 / 10, 40},
-		// Nothing succeeded: late, and half way down to 0.
-		{"all dropped", 10 * ms, 40, 10, 20, 40},
+		// Nothing succeeded: late, and c unknown: the target is half the
+		// limit, and the limit moves half way down to it.
+		{"all dropped", 10 * ms, 40, 10, 30, 40},
 		// At a limit of 4, 10 calls are 2.5 round trips: one per round
 		// trip at least, more than 1.3·c = 5.2.
 		{"on time, small limit", 10 * ms, 4, 0, 4 + 10.0/4, 4},
