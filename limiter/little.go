@@ -98,6 +98,9 @@ type little struct {
 	probeFrom    time.Time
 	probeTo      time.Time // end of admission under probeLimit
 	probeN       int
+	probeDrops   int
+	probeDropSum time.Duration
+	probeDropSq  uint64
 	probeSum     time.Duration
 	probeSq      uint64
 	probeBack    int // the probe's calls that have returned
@@ -238,7 +241,11 @@ func (l *little) closeLocked(at time.Time) {
 	}
 	l.clampLocked()
 	if full && l.reprobeLocked(at, late) {
-		l.startProbeLocked(at, int(probeDepth*c))
+		depth := probeDepth * c
+		if rt.successes() == 0 {
+			depth = l.limit / 2
+		}
+		l.startProbeLocked(at, int(depth))
 	}
 }
 
@@ -302,6 +309,7 @@ func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
 	l.probeFrom, l.probeTo = at, time.Time{}
 	l.probeN, l.probeSum, l.probeSq = 0, 0, 0
+	l.probeDrops, l.probeDropSum, l.probeDropSq = 0, 0, 0
 	l.mostIn.Store(0)
 	l.probeBack, l.probeGranted = 0, 0
 	l.grants.Store(0)
@@ -357,6 +365,11 @@ func (l *little) probeLocked(s Sample) {
 			l.probeSq += squaredMicros(s.RTT)
 			l.longest = max(l.longest, s.RTT)
 		}
+		if s.Outcome == Dropped {
+			l.probeDrops++
+			l.probeDropSum += s.RTT
+			l.probeDropSq += squaredMicros(s.RTT)
+		}
 	}
 	if l.phase == probing && l.probeBack >= l.probeCalls() {
 		// No Limiter counts the grants: the calls that returned are the probe.
@@ -388,7 +401,10 @@ func (l *little) endProbeLocked(at time.Time) {
 	m := l.probeSum / time.Duration(l.probeN)
 	n := float64(l.probeN)
 	depth := l.probeLimit
-	l.observeSpreadLocked(trip{n: l.probeN, sumRTT: l.probeSum, sumSq: l.probeSq})
+	// The spread counts the drops with the time they took: they are the
+	// slow calls, and without them a cache-like shape reads quiet.
+	l.observeSpreadLocked(trip{n: l.probeN + l.probeDrops, sumRTT: l.probeSum + l.probeDropSum,
+		sumSq: l.probeSq + l.probeDropSq})
 	t := l.toleranceLocked(l.probeN)
 	again := false
 	switch {
