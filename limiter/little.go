@@ -42,29 +42,27 @@ const (
 	spreadWeight  = 0.1              // weight of a round trip in the moving spread of RTTs
 )
 
-// little is AIMD's adaptive rule. Per round trip of n calls in which m
-// calls were in flight on average, r is their time in flight per success
-// (an overrun counts with the time it took), and against b, the mean RTT
-// of calls that met no queue, resting on nb calls:
+// little is AIMD's adaptive rule. Per round trip of n calls, m of them in
+// flight on average, r is their time in flight per success (a drop counts
+// with the time it took), and b is the mean RTT of a probe's nb calls:
 //
-//	t = max(0.3, 3·cv·√(1/n + 1/nb))   the tolerance: the calls' spread, not their shape
-//	c = m·b/r                          calls the downstream completes without a queue (Little's law)
-//	full (m ≥ 0.9·limit) and late (r > (1+t)·b): the limit moves half way down to (1+t)·c,
-//	  all the way while b is unconfirmed (a queue in b makes c err high), halving at most
-//	the limit reached and not late: it rises to (1+t)·c, by one per round trip of calls at least
+//	t = max(0.3, 3·cv·√(1/n + 1/nb))  the tolerance: the calls' spread, not their shape
+//	c = m·b/r                         the calls done without a queue (Little); limit/2/(1+t) if none succeeded
+//	late: r > (1+t)·b, or the drops took longer than that on average (overruns)
+//	full (m ≥ 0.9·limit) and late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
+//	reached (most in flight ≥ 0.9·limit), not late: it rises to (1+t)·c, by 1 and min(n/limit, limit) at least
 //	otherwise it stays: the load, not the limit, set the RTT
 //
-// b is the mean RTT of a probe's calls: the limit is held at 0.9·c until
-// probeCalls have been granted, and b is their mean once all are back. A
-// probe comes when the limit is full and b is 30 s old, or the limit has
-// halved since the last probe, or the round trip was late and b is
+// A probe holds the limit at 0.9·c (half the limit if nothing succeeded)
+// until probeCalls are granted; b is the mean of their successes once all
+// are back. Probes come when the limit is full and b is 30 s old, or the
+// limit has halved since the last, or the round trip is late and b is
 // unconfirmed or rests on too few calls. A probe that finds b lower by
 // more than t cuts the limit to (1+t)·its depth; if its mean fell in
-// proportion to its depth, its own calls may have queued, and it probes
-// again at half the depth. The first probe is the start: every call is
-// admitted until the first returns, then the calls in flight are the
-// limit and grow by one per call while its cohort is granted; its b is
-// unconfirmed, measured behind a queue of unknown depth.
+// proportion to its depth, b stays unconfirmed and it probes again at half
+// the depth. The start is the first probe: every call is admitted until
+// the first returns, then the calls in flight are the limit, growing by
+// one per call while its cohort is granted.
 type little struct {
 	cfg      AIMDConfig
 	current  atomic.Int64
