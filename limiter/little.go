@@ -60,7 +60,7 @@ const (
 // unconfirmed or rests on too few calls. A probe that finds b lower by
 // more than t cuts the limit to (1+t)·its depth; if its mean fell in
 // proportion to its depth, b stays unconfirmed and it probes again at half
-// the depth. The start is the first probe: every call is admitted until
+// the depth; so does one whose calls overran, leaving b as it was. The start is the first probe: every call is admitted until
 // the first returns, then the calls in flight are the limit, growing by
 // one per call while its cohort is granted.
 type little struct {
@@ -404,7 +404,7 @@ func (l *little) endProbeLocked(at time.Time) {
 	l.observeSpreadLocked(trip{n: l.probeN + l.probeDrops, sumRTT: l.probeSum + l.probeDropSum,
 		sumSq: l.probeSq + l.probeDropSq})
 	t := l.toleranceLocked(l.probeN)
-	again := false
+	again, measured := false, at
 	switch {
 	case l.b == 0:
 		// The start: its calls met a queue of unknown depth.
@@ -417,6 +417,14 @@ func (l *little) endProbeLocked(at time.Time) {
 		l.b = time.Duration((float64(l.b)*w + float64(m)*n) / (w + n))
 		l.nb = w + n
 		l.unconfirmed = false
+	case l.probeDrops > 0 && float64(l.probeDropSum) > float64(l.probeDrops)*(1+t)*float64(m):
+		// The probe's calls overran: they queued, and the mean of those
+		// that succeeded lacks the slow ones. b stays; measure again at
+		// half the depth.
+		again = true
+		l.limit = min(l.limit, (1+t)*float64(depth))
+		l.clampLocked()
+		depth, measured = l.bDepth, l.bAt
 	default:
 		// A queue in b. If the mean fell in proportion to the depth, the
 		// probe's own calls may have queued: measure again at half the depth.
@@ -425,8 +433,8 @@ func (l *little) endProbeLocked(at time.Time) {
 		l.limit = min(l.limit, (1+t)*float64(depth))
 		l.clampLocked()
 	}
-	l.bDepth, l.bAt = depth, at
-	if again && depth > l.cfg.MinLimit {
-		l.startProbeLocked(at, depth/2)
+	l.bDepth, l.bAt = depth, measured
+	if again && l.probeLimit > l.cfg.MinLimit {
+		l.startProbeLocked(at, l.probeLimit/2)
 	}
 }

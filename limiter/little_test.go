@@ -117,6 +117,7 @@ func TestLittleProbeEnds(t *testing.T) {
 		start     bool          // b is the start's
 		depth     int           // the probe's limit
 		mean      time.Duration // of its 16 calls; 0 if all were dropped
+		overruns  int           // more calls, dropped after 200 ms
 		wantB     time.Duration
 		wantLimit float64
 		wantPhase phase
@@ -130,6 +131,10 @@ func TestLittleProbeEnds(t *testing.T) {
 			depth: 10, mean: 7 * ms, wantB: 7 * ms, wantLimit: 13, wantPhase: steady},
 		{name: "the start's b fell: again at half",
 			start: true, depth: 18, mean: 5 * ms, wantB: 5 * ms, wantLimit: 1.3 * 18, wantPhase: probing, wantDepth: 9},
+		// The overrun widens the spread: t = 1.186, and the limit is cut
+		// to (1+t)·10.
+		{name: "fell, but its calls overran: b stays, again at half",
+			depth: 10, mean: 2 * ms, overruns: 1, wantB: 10 * ms, wantLimit: 21.858228318736444, wantPhase: probing, wantDepth: 5},
 		{name: "all dropped: again at half",
 			depth: 18, wantB: 10 * ms, wantLimit: 40, wantPhase: probing, wantDepth: 9},
 	}
@@ -145,6 +150,9 @@ func TestLittleProbeEnds(t *testing.T) {
 				l.probeN, l.probeSum = 16, 16*tt.mean
 				l.probeSq = 16 * squaredMicros(tt.mean)
 			}
+			l.probeDrops = tt.overruns
+			l.probeDropSum = time.Duration(tt.overruns) * 200 * ms
+			l.probeDropSq = uint64(tt.overruns) * squaredMicros(200*ms)
 			l.mu.Lock()
 			l.endProbeLocked(at)
 			l.mu.Unlock()
