@@ -60,9 +60,10 @@ const (
 // unconfirmed or rests on too few calls. A probe that finds b lower by
 // more than t cuts the limit to (1+t)·its depth; if its mean fell in
 // proportion to its depth, b stays unconfirmed and it probes again at half
-// the depth; so does one whose calls overran, leaving b as it was. The start is the first probe: every call is admitted until
-// the first returns, then the calls in flight are the limit, growing by
-// one per call while its cohort is granted.
+// the depth; so does one whose calls overran, leaving b as it was. The
+// start is the first probe: every call is admitted until the first
+// returns, then the calls in flight are the limit, growing by one per call
+// while its cohort is granted.
 type little struct {
 	cfg      AIMDConfig
 	current  atomic.Int64
@@ -98,11 +99,10 @@ type little struct {
 	probeN       int
 	probeDrops   int
 	probeDropSum time.Duration
-	probeDropSq  uint64
 	probeSum     time.Duration
-	probeSq      uint64
-	probeBack    int // the probe's calls that have returned
-	probeGranted int // the calls granted during the probe's admission
+	probeSq      uint64 // of every call timed, drops included: the spread's
+	probeBack    int    // the probe's calls that have returned
+	probeGranted int    // the calls granted during the probe's admission
 }
 
 func newLittle(c AIMDConfig, admitAll bool) *little {
@@ -212,22 +212,20 @@ func (l *little) closeLocked(at time.Time) {
 		return
 	}
 	// Drops count with the time they took: an overrun is a late call.
-	r := float64(rt.sumRTT+rt.dropRTT) / float64(rt.successes())
+	ok := rt.successes()
+	r := float64(rt.sumRTT+rt.dropRTT) / float64(ok)
 	m := float64(rt.sumIn) / float64(rt.n)
 	b := float64(l.b)
 	t := l.toleranceLocked(rt.n)
 	c := m * b / r // Little's law
-	if rt.successes() == 0 {
+	if ok == 0 {
 		c = l.limit / 2 / (1 + t) // nothing succeeded: c is unknown, not 0
 	}
 	target := (1 + t) * c
 	admits := math.Floor(l.limit) // what the Limiter enforces
 	full := m >= fullShare*admits
 	reached := float64(rt.maxIn) >= fullShare*admits
-	// Drops slower on average than a late round trip are overruns: late
-	// calls, however few, where fast refusals (a quota's) are not.
-	overran := float64(rt.dropRTT) > float64(rt.drops)*(1+t)*b
-	late := r > (1+t)*b || rt.drops > 0 && overran
+	late := r > (1+t)*b || overran(rt.drops, rt.dropRTT, (1+t)*b)
 	switch {
 	case full && late && l.unconfirmed:
 		// b holds a queue if anything, and c errs high: all the way down.
@@ -240,11 +238,18 @@ func (l *little) closeLocked(at time.Time) {
 	l.clampLocked()
 	if full && l.reprobeLocked(at, late) {
 		depth := probeDepth * c
-		if rt.successes() == 0 {
+		if ok == 0 {
 			depth = l.limit / 2
 		}
 		l.startProbeLocked(at, int(depth))
 	}
+}
+
+// overran reports whether drops that took dropRTT in all are overruns,
+// late calls beyond a round trip's lateness bound (ns) on average, however
+// few; a quota's fast refusals are not.
+func overran(drops int, dropRTT time.Duration, bound float64) bool {
+	return drops > 0 && float64(dropRTT) > float64(drops)*bound
 }
 
 // reprobeLocked reports whether b needs measuring again, now that the
@@ -307,7 +312,7 @@ func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
 	l.probeFrom, l.probeTo = at, time.Time{}
 	l.probeN, l.probeSum, l.probeSq = 0, 0, 0
-	l.probeDrops, l.probeDropSum, l.probeDropSq = 0, 0, 0
+	l.probeDrops, l.probeDropSum = 0, 0
 	l.mostIn.Store(0)
 	l.probeBack, l.probeGranted = 0, 0
 	l.grants.Store(0)
@@ -357,16 +362,16 @@ func (l *little) probeLocked(s Sample) {
 	}
 	if mine {
 		l.probeBack++
-		if s.Outcome == Success {
+		switch s.Outcome {
+		case Success:
 			l.probeN++
 			l.probeSum += s.RTT
-			l.probeSq += squaredMicros(s.RTT)
 			l.longest = max(l.longest, s.RTT)
-		}
-		if s.Outcome == Dropped {
+			l.probeSq += squaredMicros(s.RTT)
+		case Dropped:
 			l.probeDrops++
 			l.probeDropSum += s.RTT
-			l.probeDropSq += squaredMicros(s.RTT)
+			l.probeSq += squaredMicros(s.RTT)
 		}
 	}
 	if l.phase == probing && l.probeBack >= l.probeCalls() {
@@ -401,8 +406,7 @@ func (l *little) endProbeLocked(at time.Time) {
 	depth := l.probeLimit
 	// The spread counts the drops with the time they took: they are the
 	// slow calls, and without them a cache-like shape reads quiet.
-	l.observeSpreadLocked(trip{n: l.probeN + l.probeDrops, sumRTT: l.probeSum + l.probeDropSum,
-		sumSq: l.probeSq + l.probeDropSq})
+	l.observeSpreadLocked(trip{n: l.probeN + l.probeDrops, sumRTT: l.probeSum + l.probeDropSum, sumSq: l.probeSq})
 	t := l.toleranceLocked(l.probeN)
 	again, measured := false, at
 	switch {
@@ -417,7 +421,7 @@ func (l *little) endProbeLocked(at time.Time) {
 		l.b = time.Duration((float64(l.b)*w + float64(m)*n) / (w + n))
 		l.nb = w + n
 		l.unconfirmed = false
-	case l.probeDrops > 0 && float64(l.probeDropSum) > float64(l.probeDrops)*(1+t)*float64(m):
+	case overran(l.probeDrops, l.probeDropSum, (1+t)*float64(m)):
 		// The probe's calls overran: they queued, and the mean of those
 		// that succeeded lacks the slow ones. b stays; measure again at
 		// half the depth.

@@ -152,7 +152,7 @@ func TestLittleProbeEnds(t *testing.T) {
 			}
 			l.probeDrops = tt.overruns
 			l.probeDropSum = time.Duration(tt.overruns) * 200 * ms
-			l.probeDropSq = uint64(tt.overruns) * squaredMicros(200*ms)
+			l.probeSq += uint64(tt.overruns) * squaredMicros(200*ms)
 			l.mu.Lock()
 			l.endProbeLocked(at)
 			l.mu.Unlock()
