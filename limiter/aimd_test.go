@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"math"
-	"sync"
 	"testing"
 	"time"
 
@@ -264,39 +263,6 @@ func TestAIMDUntimedPushback(t *testing.T) {
 		a.Update(call(UntimedRTT, a.Limit(), Success))
 	}
 	assert.Less(t, a.Limit(), 20)
-}
-
-// TestWindowConcurrent adds samples from several goroutines while another
-// closes windows: every sample is counted in exactly one round trip.
-func TestWindowConcurrent(t *testing.T) {
-	var w window
-	const workers, each = 4, 5000
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range each {
-				o := Success
-				if i%10 == 0 {
-					o = Dropped
-				}
-				w.add(Sample{RTT: time.Millisecond, Inflight: i % 50, Outcome: o, At: t0.Add(time.Duration(i) * time.Millisecond)}, 1)
-			}
-		})
-	}
-	var n, drops int
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	for closing := true; closing; {
-		select {
-		case <-done:
-			closing = false
-		default:
-		}
-		rt := w.close(t0)
-		n, drops = n+rt.n, drops+rt.drops
-	}
-	assert.Equal(t, workers*each, n)
-	assert.Equal(t, workers*each/10, drops)
 }
 
 // TestUntimedDrops checks that every latency-based algorithm backs off on

@@ -35,6 +35,8 @@ func (a *classic) Update(s Sample) int {
 	if a.cfg.Timeout > 0 && s.Outcome == Success && s.RTT > a.cfg.Timeout {
 		s.Outcome = Dropped
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.cfg.PerCall || s.RTT < 0 {
 		// Untimed calls (streams) outside PerCall add a round trip's one
 		// step per limit's worth of successes.
@@ -42,18 +44,10 @@ func (a *classic) Update(s Sample) int {
 		if !a.cfg.PerCall {
 			step = 1 / a.limit
 		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
 		a.applyLocked(s.Outcome == Dropped, 1, s.Inflight, step)
-		return a.Limit()
-	}
-	if a.win.add(s, minTripSamples) {
-		a.mu.Lock()
-		if a.win.complete(minTripSamples) {
-			rt := a.win.close(s.At)
-			a.applyLocked(rt.drops > 0, rt.dropShare(), rt.maxIn, 1)
-		}
-		a.mu.Unlock()
+	} else if a.win.add(s, minTripSamples) {
+		rt := a.win.close(s.At)
+		a.applyLocked(rt.drops > 0, rt.dropShare(), rt.maxIn, 1)
 	}
 	return a.Limit()
 }

@@ -65,21 +65,19 @@ const (
 // returns, then the calls in flight are the limit, growing by one per call
 // while its cohort is granted.
 type little struct {
-	cfg      AIMDConfig
-	current  atomic.Int64
-	careful  atomic.Bool  // every sample takes the lock: probing, collecting
-	counting atomic.Bool  // grants are counted: probing
-	grants   atomic.Int64 // permits granted while counting
-	quota    atomic.Int64 // grants a probe counts: probeCalls
-	mostIn   atomic.Int64 // most calls in flight at a grant during the probe
-	need     atomic.Int64
-	win      window
+	cfg     AIMDConfig
+	current atomic.Int64
+	careful atomic.Bool // grants take the lock: not steady
 
-	mu    sync.Mutex
-	phase phase
-	limit float64
-	b     time.Duration // no-load RTT; 0 until the first probe ends
-	nb    float64       // calls behind b
+	mu     sync.Mutex
+	phase  phase
+	win    window
+	need   int // samples a round trip needs
+	grants int // permits granted into the probe's cohort
+	mostIn int // most calls in flight at a grant during the probe
+	limit  float64
+	b      time.Duration // no-load RTT; 0 until the first probe ends
+	nb     float64       // calls behind b
 	// unconfirmed: b may hold a queue, measured by the start or by a
 	// probe whose mean fell in proportion to its depth
 	unconfirmed bool
@@ -100,15 +98,15 @@ type little struct {
 	probeDrops   int
 	probeDropSum time.Duration
 	probeSum     time.Duration
-	probeSq      uint64 // of every call timed, drops included: the spread's
-	probeBack    int    // the probe's calls that have returned
-	probeGranted int    // the calls granted during the probe's admission
+	probeSq      float64 // of every call timed, drops included: the spread's
+	probeBack    int     // the probe's calls that have returned
+	probeGranted int     // the calls granted during the probe's admission
 }
 
 func newLittle(c AIMDConfig, admitAll bool) *little {
 	c = c.withDefaults()
 	l := &little{cfg: c, limit: float64(c.InitialLimit), cv: -1}
-	l.need.Store(minTripSamples)
+	l.need = minTripSamples
 	l.startProbeLocked(time.Time{}, c.InitialLimit)
 	if admitAll {
 		l.phase = starting
@@ -127,15 +125,14 @@ func (l *little) granted(inflight int) bool {
 	if !l.careful.Load() {
 		return false
 	}
-	raise(&l.mostIn, int64(inflight))
-	if !l.counting.Load() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mostIn = max(l.mostIn, inflight)
+	if l.phase == collecting || l.phase == steady || l.grants >= l.probeCalls() {
 		return false
 	}
-	n, quota := l.grants.Add(1), l.quota.Load()
-	if n >= quota {
-		l.counting.Store(false)
-	}
-	return n <= quota
+	l.grants++
+	return true
 }
 
 func (l *little) publishLocked() {
@@ -148,24 +145,9 @@ func (l *little) publishLocked() {
 	}
 	l.current.Store(int64(max(n, l.cfg.MinLimit)))
 	l.careful.Store(l.phase != steady)
-	l.counting.Store((l.phase == starting || l.phase == probing) && l.grants.Load() < l.quota.Load())
 }
 
 func (l *little) Update(s Sample) int {
-	if s.Outcome == Ignored && !l.careful.Load() {
-		return l.Limit()
-	}
-	if s.RTT >= 0 && !l.careful.Load() {
-		if l.win.add(s, int(l.need.Load())) {
-			l.mu.Lock()
-			if l.win.complete(int(l.need.Load())) {
-				l.closeLocked(s.At)
-				l.publishLocked()
-			}
-			l.mu.Unlock()
-		}
-		return l.Limit()
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -174,7 +156,7 @@ func (l *little) Update(s Sample) int {
 	case s.Outcome == Ignored:
 	case s.RTT < 0:
 		l.untimedLocked(s)
-	case l.win.add(s, int(l.need.Load())):
+	case l.win.add(s, l.need):
 		l.closeLocked(s.At)
 	}
 	l.publishLocked()
@@ -258,7 +240,7 @@ func overran(drops int, dropRTT time.Duration, bound float64) bool {
 // probe (or the start), as when the downstream slowed.
 func (l *little) reprobeLocked(at time.Time, late bool) bool {
 	return at.Sub(l.bAt) >= probeEvery || l.limit <= l.probedAt/2 ||
-		late && (l.unconfirmed || l.nb < float64(l.need.Load())/2)
+		late && (l.unconfirmed || l.nb < float64(l.need)/2)
 }
 
 // toleranceLocked is t for a round trip of n calls: lateSigmas standard
@@ -286,7 +268,7 @@ func (l *little) observeSpreadLocked(rt trip) {
 		l.spreadVar += spreadWeight * (variance - l.spreadVar)
 	}
 	l.cv = math.Sqrt(l.spreadVar) / l.spreadMean
-	l.need.Store(int64(samplesNeeded(l.cv)))
+	l.need = samplesNeeded(l.cv)
 }
 
 // samplesNeeded is how many samples a round trip needs for its mean RTT
@@ -302,7 +284,7 @@ func samplesNeeded(cv float64) int {
 
 // probeCalls is how many calls a probe times.
 func (l *little) probeCalls() int {
-	return min(max(int(l.need.Load()), minProbeCalls), maxProbeCalls)
+	return min(max(l.need, minProbeCalls), maxProbeCalls)
 }
 
 func (l *little) startProbeLocked(at time.Time, limit int) {
@@ -313,10 +295,7 @@ func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.probeFrom, l.probeTo = at, time.Time{}
 	l.probeN, l.probeSum, l.probeSq = 0, 0, 0
 	l.probeDrops, l.probeDropSum = 0, 0
-	l.mostIn.Store(0)
-	l.probeBack, l.probeGranted = 0, 0
-	l.grants.Store(0)
-	l.quota.Store(int64(l.probeCalls()))
+	l.probeBack, l.probeGranted, l.grants, l.mostIn = 0, 0, 0, 0
 }
 
 // probeLocked times the calls granted under the probe limit. Admission
@@ -326,7 +305,7 @@ func (l *little) probeLocked(s Sample) {
 	if l.phase == starting {
 		// The first call is back: the calls in flight become the limit.
 		l.phase = probing
-		l.limit = max(l.limit, float64(l.mostIn.Load()))
+		l.limit = max(l.limit, float64(l.mostIn))
 		l.clampLocked()
 	}
 	if s.RTT < 0 {
@@ -336,16 +315,16 @@ func (l *little) probeLocked(s Sample) {
 		}
 		return
 	}
-	if quota := int(l.quota.Load()); l.phase == probing && int(l.grants.Load()) >= quota {
+	if l.phase == probing && l.grants >= l.probeCalls() {
 		l.phase = collecting
 		l.probeTo = s.At
-		l.probeGranted = quota
+		l.probeGranted = l.grants
 	}
 	// The cohort's calls, if a Limiter counts the grants; else the calls
 	// granted since the probe began and, once collecting, before that.
 	start := s.At.Add(-s.RTT) // the first probe's probeFrom is zero
 	mine := !start.Before(l.probeFrom) && s.cohort
-	if l.grants.Load() == 0 {
+	if l.grants == 0 {
 		mine = !start.Before(l.probeFrom) && (l.phase == probing || !start.After(l.probeTo))
 	}
 	if l.b == 0 {
@@ -395,7 +374,7 @@ func (l *little) probeLocked(s Sample) {
 
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
-	l.win.reset(at)
+	l.win.close(at)
 	if l.probeN == 0 {
 		// Every call of the probe was dropped: no b to keep, measure again.
 		l.startProbeLocked(at, l.probeLimit/2)
