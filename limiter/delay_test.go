@@ -166,8 +166,11 @@ func TestWindowCloses(t *testing.T) {
 	require.Len(t, got, 1)
 	rt := got[0]
 	assert.Equal(t, [4]int{3, 1, 9, 19}, [4]int{rt.n, rt.drops, rt.maxIn, rt.sumIn}, "calls, drops, most and sum in flight")
-	assert.Equal(t, [3]time.Duration{30 * ms, 20 * ms, 50 * ms}, [3]time.Duration{rt.sumRTT, rt.maxRTT, rt.dropRTT},
-		"summed and longest RTTs of successes, summed RTTs of drops")
+	assert.Equal(t, [3]time.Duration{30 * ms, 50 * ms, 50 * ms}, [3]time.Duration{rt.sumRTT, rt.maxRTT, rt.dropRTT},
+		"summed RTTs of successes, longest RTT, summed RTTs of drops")
+	mean, variance, ok := rt.moments()
+	require.True(t, ok)
+	assert.Equal(t, [2]float64{15_000, 50_000_000}, [2]float64{mean, variance}, "mean and unbiased variance of the successes (µs, µs²)")
 	assert.True(t, rt.opened.Equal(open) && rt.at.Equal(open.Add(20*ms)), "opened %v, closed %v", rt.opened, rt.at)
 
 	// The next window opened at 20 ms; a call that started before then

@@ -94,13 +94,9 @@ type little struct {
 	probeLimit   int
 	probeFrom    time.Time
 	probeTo      time.Time // end of admission under probeLimit
-	probeN       int
-	probeDrops   int
-	probeDropSum time.Duration
-	probeSum     time.Duration
-	probeSq      float64 // of every call timed, drops included: the spread's
-	probeBack    int     // the probe's calls that have returned
-	probeGranted int     // the calls granted during the probe's admission
+	probe        trip      // the probe's timed calls
+	probeBack    int       // the probe's calls that have returned
+	probeGranted int       // the calls granted during the probe's admission
 }
 
 func newLittle(c AIMDConfig, admitAll bool) *little {
@@ -293,8 +289,7 @@ func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.probedAt = l.limit
 	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
 	l.probeFrom, l.probeTo = at, time.Time{}
-	l.probeN, l.probeSum, l.probeSq = 0, 0, 0
-	l.probeDrops, l.probeDropSum = 0, 0
+	l.probe = trip{}
 	l.probeBack, l.probeGranted, l.grants, l.mostIn = 0, 0, 0, 0
 }
 
@@ -341,16 +336,8 @@ func (l *little) probeLocked(s Sample) {
 	}
 	if mine {
 		l.probeBack++
-		switch s.Outcome {
-		case Success:
-			l.probeN++
-			l.probeSum += s.RTT
-			l.longest = max(l.longest, s.RTT)
-			l.probeSq += squaredMicros(s.RTT)
-		case Dropped:
-			l.probeDrops++
-			l.probeDropSum += s.RTT
-			l.probeSq += squaredMicros(s.RTT)
+		if s.Outcome != Ignored {
+			l.probe.add(s)
 		}
 	}
 	if l.phase == probing && l.probeBack >= l.probeCalls() {
@@ -362,9 +349,9 @@ func (l *little) probeLocked(s Sample) {
 		// Every call granted is back; or, if the calls granted are not
 		// counted (the AIMD used without a Limiter) or one of them is
 		// lost to a stream, the longest RTT seen has passed twice over.
-		wait := probeCollect * l.longest
+		wait := probeCollect * max(l.longest, l.probe.maxRTT)
 		if l.probeGranted > 0 {
-			wait = probeCollect * max(l.longest, time.Second)
+			wait = max(wait, probeCollect*time.Second)
 		}
 		if l.probeGranted > 0 && l.probeBack >= l.probeGranted || !s.At.Before(l.probeTo.Add(wait)) {
 			l.endProbeLocked(s.At)
@@ -375,32 +362,34 @@ func (l *little) probeLocked(s Sample) {
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)
-	if l.probeN == 0 {
+	if l.probe.successes() == 0 {
 		// Every call of the probe was dropped: no b to keep, measure again.
 		l.startProbeLocked(at, l.probeLimit/2)
 		return
 	}
-	m := l.probeSum / time.Duration(l.probeN)
-	n := float64(l.probeN)
+	n := l.probe.successes()
+	m := l.probe.sumRTT / time.Duration(n)
 	depth := l.probeLimit
 	// The spread counts the drops with the time they took: they are the
-	// slow calls, and without them a cache-like shape reads quiet.
-	l.observeSpreadLocked(trip{n: l.probeN + l.probeDrops, sumRTT: l.probeSum + l.probeDropSum, sumSq: l.probeSq})
-	t := l.toleranceLocked(l.probeN)
+	// probe's slow calls, and without them a cache-like shape reads quiet.
+	all := l.probe
+	all.drops, all.sumRTT, all.sumSq = 0, all.sumRTT+all.dropRTT, all.sumSq+all.dropSq
+	l.observeSpreadLocked(all)
+	t := l.toleranceLocked(n)
 	again, measured := false, at
 	switch {
 	case l.b == 0:
 		// The start: its calls met a queue of unknown depth.
-		l.b, l.nb, l.unconfirmed, depth = m, n, true, 0
+		l.b, l.nb, l.unconfirmed, depth = m, float64(n), true, 0
 		l.probedAt = l.limit
 	case float64(m)*(1+t) >= float64(l.b):
 		// b is the mean of the probes' calls, the older ones weighing at
 		// most two probes' worth, so that b follows a downstream that changed.
 		w := min(l.nb, float64(2*l.probeCalls()))
-		l.b = time.Duration((float64(l.b)*w + float64(m)*n) / (w + n))
-		l.nb = w + n
+		l.b = time.Duration((float64(l.b)*w + float64(m)*float64(n)) / (w + float64(n)))
+		l.nb = w + float64(n)
 		l.unconfirmed = false
-	case overran(l.probeDrops, l.probeDropSum, (1+t)*float64(m)):
+	case overran(l.probe.drops, l.probe.dropRTT, (1+t)*float64(m)):
 		// The probe's calls overran: they queued, and the mean of those
 		// that succeeded lacks the slow ones. b stays; measure again at
 		// half the depth.
@@ -412,7 +401,7 @@ func (l *little) endProbeLocked(at time.Time) {
 		// A queue in b. If the mean fell in proportion to the depth, the
 		// probe's own calls may have queued: measure again at half the depth.
 		again = l.bDepth == 0 || float64(m)/float64(l.b) <= (1+t)*float64(depth)/float64(l.bDepth)
-		l.b, l.nb, l.unconfirmed = m, n, again
+		l.b, l.nb, l.unconfirmed = m, float64(n), again
 		l.limit = min(l.limit, (1+t)*float64(depth))
 		l.clampLocked()
 	}

@@ -147,12 +147,13 @@ func TestLittleProbeEnds(t *testing.T) {
 			}
 			l.phase, l.probeLimit = collecting, tt.depth
 			if tt.mean > 0 {
-				l.probeN, l.probeSum = 16, 16*tt.mean
-				l.probeSq = 16 * squaredMicros(tt.mean)
+				for range 16 {
+					l.probe.add(Sample{RTT: tt.mean, Outcome: Success})
+				}
 			}
-			l.probeDrops = tt.overruns
-			l.probeDropSum = time.Duration(tt.overruns) * 200 * ms
-			l.probeSq += float64(tt.overruns) * squaredMicros(200*ms)
+			for range tt.overruns {
+				l.probe.add(Sample{RTT: 200 * ms, Outcome: Dropped})
+			}
 			l.mu.Lock()
 			l.endProbeLocked(at)
 			l.mu.Unlock()

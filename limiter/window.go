@@ -17,17 +17,7 @@ func (w *window) add(s Sample, minSamples int) bool {
 	if w.opened.IsZero() {
 		w.opened = start
 	}
-	w.n++
-	w.sumIn += s.Inflight
-	w.maxIn = max(w.maxIn, s.Inflight)
-	if s.Outcome == Dropped {
-		w.drops++
-		w.dropRTT += s.RTT
-	} else {
-		w.sumRTT += s.RTT
-		w.sumSq += squaredMicros(s.RTT)
-		w.maxRTT = max(w.maxRTT, s.RTT)
-	}
+	w.trip.add(s)
 	w.ready = w.ready || !start.Before(w.opened)
 	return w.ready && w.n >= minSamples
 }
@@ -40,23 +30,35 @@ func (w *window) close(at time.Time) trip {
 	return rt
 }
 
-// A trip is the samples of a round trip.
+// A trip is the samples of a round trip, or of a probe.
 type trip struct {
 	n, drops int
 	sumRTT   time.Duration // of the successes
+	dropRTT  time.Duration // of the drops
 	sumSq    float64       // of the successes' RTTs in microseconds, squared
-	maxRTT   time.Duration // of the successes
-	dropRTT  time.Duration // summed RTTs of the drops
+	dropSq   float64       // of the drops' RTTs in microseconds, squared
+	maxRTT   time.Duration
 	maxIn    int
 	sumIn    int       // in-flight counts at grant
 	opened   time.Time // when the window opened
 	at       time.Time // when it closed
 }
 
-// squaredMicros is rtt² in microseconds², as trip.sumSq holds it.
-func squaredMicros(rtt time.Duration) float64 {
-	us := float64(rtt) / float64(time.Microsecond)
-	return us * us
+// add records s, which must be timed and not Ignored.
+func (r *trip) add(s Sample) {
+	us := float64(s.RTT) / float64(time.Microsecond)
+	r.n++
+	r.maxRTT = max(r.maxRTT, s.RTT)
+	r.sumIn += s.Inflight
+	r.maxIn = max(r.maxIn, s.Inflight)
+	if s.Outcome == Dropped {
+		r.drops++
+		r.dropRTT += s.RTT
+		r.dropSq += us * us
+	} else {
+		r.sumRTT += s.RTT
+		r.sumSq += us * us
+	}
 }
 
 func (r trip) successes() int { return r.n - r.drops }
@@ -72,11 +74,11 @@ func (r trip) dropShare() float64 {
 // moments returns the mean (µs) and the unbiased variance (µs²) of the
 // successful RTTs, or ok false with fewer than two of them.
 func (r trip) moments() (mean, variance float64, ok bool) {
-	n := float64(r.successes())
-	if n < 2 || r.sumRTT <= 0 {
+	n, sum := float64(r.successes()), r.sumRTT
+	if n < 2 || sum <= 0 {
 		return 0, 0, false
 	}
-	mean = float64(r.sumRTT) / float64(time.Microsecond) / n
+	mean = float64(sum) / float64(time.Microsecond) / n
 	variance = max(r.sumSq-n*mean*mean, 0) / (n - 1)
 	return mean, variance, true
 }
