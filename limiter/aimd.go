@@ -53,13 +53,6 @@ const (
 	defaultAIMDBackoffRatio = 0.9
 )
 
-// minTripSamples is the fewest samples a round trip needs to close;
-// maxWindowSamples caps the samples it needs when RTTs are very noisy.
-const (
-	minTripSamples   = 10
-	maxWindowSamples = 256
-)
-
 func (c AIMDConfig) withDefaults() AIMDConfig {
 	if c.InitialLimit == 0 {
 		c.InitialLimit = defaultAIMDInitialLimit

@@ -40,44 +40,40 @@ const (
 	minProbeCalls = 16               // fewest calls a probe times
 	maxProbeCalls = 128              // most calls a probe times, however noisy the RTTs
 	spreadWeight  = 0.1              // weight of a round trip in the moving spread of RTTs
+
+	minTripSamples   = 10  // fewest samples a round trip closes on (the classic rule's too)
+	maxWindowSamples = 256 // most samples a round trip needs, however noisy the RTTs
 )
 
-// little is AIMD's adaptive rule. Per round trip of n calls, m of them in
-// flight on average, r is their time in flight per success (a drop counts
-// with the time it took), and b is the mean RTT of a probe's nb calls:
+// little is AIMD's adaptive rule. Per round trip of n calls, m in flight
+// on average, r is their time in flight per success (a drop counts with its
+// time) and b the mean RTT of a probe's nb calls:
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  the tolerance: the calls' spread, not their shape
 //	c = m·b/r                         the calls done without a queue (Little); limit/2/(1+t) if none succeeded
-//	late: r > (1+t)·b, or the drops took longer than that on average (overruns)
-//	full (m ≥ 0.9·limit) and late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
-//	reached (most in flight ≥ 0.9·limit), not late: it rises to (1+t)·c, by 1 and min(n/limit, limit) at least
-//	otherwise it stays: the load, not the limit, set the RTT
+//	late: r > (1+t)·b, or the drops took longer than (1+t)·b on average (overruns)
+//	full (m ≥ 0.9·limit), late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
+//	reached (most in flight ≥ 0.9·limit), on time: up to (1+t)·c, by max(1, min(n/limit, limit)) at least
 //
-// A probe holds the limit at 0.9·c (half the limit if nothing succeeded)
-// until probeCalls are granted; b is the mean of their successes once all
-// are back. Probes come when the limit is full and b is 30 s old, or the
-// limit has halved since the last, or the round trip is late and b is
-// unconfirmed or rests on too few calls. A probe that finds b lower by
-// more than t cuts the limit to (1+t)·its depth; if its mean fell in
-// proportion to its depth, b stays unconfirmed and it probes again at half
-// the depth; so does one whose calls overran, leaving b as it was. The
-// start is the first probe: every call is admitted until the first
-// returns, then the calls in flight are the limit, growing by one per call
-// while its cohort is granted.
+// A probe holds the limit at 0.9·c until the calls it admitted are back; b
+// is their mean. A full limit probes when b is 30 s old or the limit has
+// halved since the last probe, and when late with b unconfirmed or on too
+// few calls. A b lower by more than t cuts the limit to (1+t)·depth; if it
+// fell in proportion to the depth, or the probe's calls overran (b then
+// stays), it probes again at half the depth. The start admits every call
+// until the first returns.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
 	careful atomic.Bool // grants take the lock: not steady
 
-	mu     sync.Mutex
-	phase  phase
-	win    window
-	need   int // samples a round trip needs
-	grants int // permits granted into the probe's cohort
-	mostIn int // most calls in flight at a grant during the probe
-	limit  float64
-	b      time.Duration // no-load RTT; 0 until the first probe ends
-	nb     float64       // calls behind b
+	mu    sync.Mutex
+	phase phase
+	win   window
+	need  int // samples a round trip needs
+	limit float64
+	b     time.Duration // no-load RTT; 0 until the first probe ends
+	nb    float64       // calls behind b
 	// unconfirmed: b may hold a queue, measured by the start or by a
 	// probe whose mean fell in proportion to its depth
 	unconfirmed bool
@@ -91,12 +87,13 @@ type little struct {
 	longest                   time.Duration // longest RTT of the last round trips
 
 	// the current probe
-	probeLimit   int
-	probeFrom    time.Time
-	probeTo      time.Time // end of admission under probeLimit
-	probe        trip      // the probe's timed calls
-	probeBack    int       // the probe's calls that have returned
-	probeGranted int       // the calls granted during the probe's admission
+	probeLimit int
+	probeFrom  time.Time
+	probeTo    time.Time // end of admission under probeLimit
+	probe      trip      // its timed calls
+	probeBack  int       // its calls that have returned
+	grants     int       // permits granted into its cohort; 0 without a Limiter
+	mostIn     int       // most calls in flight at a grant during it
 }
 
 func newLittle(c AIMDConfig, admitAll bool) *little {
@@ -290,7 +287,7 @@ func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
 	l.probeFrom, l.probeTo = at, time.Time{}
 	l.probe = trip{}
-	l.probeBack, l.probeGranted, l.grants, l.mostIn = 0, 0, 0, 0
+	l.probeBack, l.grants, l.mostIn = 0, 0, 0
 }
 
 // probeLocked times the calls granted under the probe limit. Admission
@@ -313,7 +310,6 @@ func (l *little) probeLocked(s Sample) {
 	if l.phase == probing && l.grants >= l.probeCalls() {
 		l.phase = collecting
 		l.probeTo = s.At
-		l.probeGranted = l.grants
 	}
 	// The cohort's calls, if a Limiter counts the grants; else the calls
 	// granted since the probe began and, once collecting, before that.
@@ -350,10 +346,10 @@ func (l *little) probeLocked(s Sample) {
 		// counted (the AIMD used without a Limiter) or one of them is
 		// lost to a stream, the longest RTT seen has passed twice over.
 		wait := probeCollect * max(l.longest, l.probe.maxRTT)
-		if l.probeGranted > 0 {
+		if l.grants > 0 {
 			wait = max(wait, probeCollect*time.Second)
 		}
-		if l.probeGranted > 0 && l.probeBack >= l.probeGranted || !s.At.Before(l.probeTo.Add(wait)) {
+		if l.grants > 0 && l.probeBack >= l.grants || !s.At.Before(l.probeTo.Add(wait)) {
 			l.endProbeLocked(s.At)
 		}
 	}

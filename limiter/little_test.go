@@ -190,7 +190,7 @@ func TestLittleProbeCountsSlowCalls(t *testing.T) {
 	require.False(t, l.granted(5), "a grant past the quota does not")
 	feed(l, cohort(roundTrip(from, 5*ms, 14, 5, Success)))
 	require.Equal(t, collecting, l.phase, "admission over")
-	assert.Equal(t, 16, l.probeGranted)
+	assert.Equal(t, 16, l.grants)
 	feed(l, roundTrip(from, 500*ms, 1, 5, Success))
 	require.Equal(t, collecting, l.phase, "the call granted after is not the probe's")
 	feed(l, cohort(roundTrip(from, 50*ms, 1, 5, Success)))
