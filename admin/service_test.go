@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
 )
 
@@ -36,7 +37,7 @@ func start(t *testing.T, opts ...Option) sluicev1.LimitsServiceClient {
 // to make calls the limiter counts.
 func startWithCalls(t *testing.T, opts ...Option) (sluicev1.LimitsServiceClient, testpb.TestServiceClient) {
 	t.Helper()
-	limits, err := interceptor.NewServer(interceptor.WithDefault(interceptor.Limit{Algorithm: interceptor.Fixed(5)}))
+	limits, err := interceptor.NewServer(interceptor.WithDefault(interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 5}}))
 	require.NoError(t, err)
 	svc, err := NewService(limits, opts...)
 	require.NoError(t, err)

@@ -196,7 +196,7 @@ func TestRejectAtLimit(t *testing.T) {
 
 func fixedLimiter(t testing.TB, n int) *limiter.Limiter {
 	t.Helper()
-	a, err := limiter.NewFixed(n)
+	a, err := limiter.FixedConfig{Limit: n}.New()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ type Sluice struct {
 // benchmark, which would then time rejections instead of admissions. The
 // limiter package's own benchmarks use the same floor.
 func NewSluice() *Sluice {
-	a, err := limiter.NewAIMD(limiter.AIMDConfig{MinLimit: SluiceMinLimit})
+	a, err := limiter.AIMDConfig{MinLimit: SluiceMinLimit}.New()
 	if err != nil {
 		panic(err) // the configuration is a constant
 	}

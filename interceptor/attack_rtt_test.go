@@ -90,7 +90,7 @@ func TestOnlyOKTeachesRTT(t *testing.T) {
 	for _, side := range []string{"server", "client"} {
 		t.Run(side, func(t *testing.T) {
 			rec := &recorder{}
-			lim := []Option{WithMethod(unaryMethod, Limit{Algorithm: AlgorithmFunc(func() (limiter.Algorithm, error) { return rec, nil })})}
+			lim := []Option{WithMethod(unaryMethod, Limit{Algorithm: algorithmFunc(func() (limiter.Algorithm, error) { return rec, nil })})}
 			ec := envConfig{noClient: side == "server", noServer: side == "client"}
 			if side == "server" {
 				ec.server = lim

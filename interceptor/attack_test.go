@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/limiter"
 )
 
 // TestCallerTableFlood is the attack on the caller table: a client fills
@@ -120,7 +121,7 @@ func TestReloadKeepsCodeOptions(t *testing.T) {
 // away spends neither its caller's quota nor the method's rate.
 func TestConcurrencyRejectionRefundsRates(t *testing.T) {
 	s, err := NewServer(
-		WithMethod(unaryMethod, Limit{Algorithm: Fixed(1), Rate: RateLimit{PerSecond: 0.001, Burst: 2}}),
+		WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Rate: RateLimit{PerSecond: 0.001, Burst: 2}}),
 		WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 2}),
 	)
 	require.NoError(t, err)

@@ -29,7 +29,7 @@ func queuedServer(t *testing.T, b *block, ec envConfig) *env {
 	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
-	ec.server = append(ec.server, WithMethod(unaryMethod, Limit{Algorithm: Fixed(2), Queue: limiter.FixedQueue(8)}))
+	ec.server = append(ec.server, WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 2}, Queue: limiter.FixedQueue(8)}))
 	return newEnv(t, svc, ec)
 }
 

@@ -269,7 +269,7 @@ func TestClientStreamConcurrentEndings(t *testing.T) {
 			return s.Send(&testpb.BidiResponse{})
 		},
 	}
-	e := newEnv(t, svc, envConfig{noServer: true, client: []Option{WithDefault(Limit{Algorithm: Fixed(1000)})}})
+	e := newEnv(t, svc, envConfig{noServer: true, client: []Option{WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 1000}})}})
 	const n = 200
 	var wg sync.WaitGroup
 	for i := range n {
@@ -330,7 +330,7 @@ func TestPushbackOf(t *testing.T) {
 }
 
 func TestClientExemptAndIgnoredOutcomes(t *testing.T) {
-	c, err := NewClient(WithExempt(unaryMethod), WithDefault(Limit{Algorithm: Fixed(1)}))
+	c, err := NewClient(WithExempt(unaryMethod), WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 1}}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, c.Close()) }()
 	calls := 0

@@ -439,17 +439,17 @@ func cfgLimit(ps *cfgProblems, path string, l *sluicev1.Limit) Limit {
 	case *sluicev1.Limit_Aimd:
 		a := alg.Aimd
 		timeout, _ := cfgCheckDuration(ps, path+".aimd.timeout", a.GetTimeout())
-		out.Algorithm = AIMD(limiter.AIMDConfig{
+		out.Algorithm = limiter.AIMDConfig{
 			InitialLimit: int(a.GetInitialLimit()),
 			MinLimit:     int(a.GetMinLimit()),
 			MaxLimit:     int(a.GetMaxLimit()),
 			BackoffRatio: a.GetBackoffRatio(),
 			Timeout:      timeout,
 			PerCall:      a.GetPerCall(),
-		})
+		}
 	case *sluicev1.Limit_Vegas:
 		v := alg.Vegas
-		out.Algorithm = Vegas(limiter.VegasConfig{
+		out.Algorithm = limiter.VegasConfig{
 			InitialLimit:    int(v.GetInitialLimit()),
 			MinLimit:        int(v.GetMinLimit()),
 			MaxLimit:        int(v.GetMaxLimit()),
@@ -457,19 +457,19 @@ func cfgLimit(ps *cfgProblems, path string, l *sluicev1.Limit) Limit {
 			Beta:            v.GetBeta(),
 			Smoothing:       v.GetSmoothing(),
 			ProbeMultiplier: int(v.GetProbeMultiplier()),
-		})
+		}
 	case *sluicev1.Limit_Gradient2:
 		g := alg.Gradient2
-		out.Algorithm = Gradient2(limiter.Gradient2Config{
+		out.Algorithm = limiter.Gradient2Config{
 			InitialLimit: int(g.GetInitialLimit()),
 			MinLimit:     int(g.GetMinLimit()),
 			MaxLimit:     int(g.GetMaxLimit()),
 			QueueSize:    int(g.GetQueueSize()),
 			Smoothing:    g.GetSmoothing(),
 			LongWindow:   int(g.GetLongWindow()),
-		})
+		}
 	case *sluicev1.Limit_Fixed:
-		out.Algorithm = Fixed(int(alg.Fixed.GetLimit()))
+		out.Algorithm = limiter.FixedConfig{Limit: int(alg.Fixed.GetLimit())}
 	}
 	switch b := l.GetQueue().GetBound().(type) {
 	case *sluicev1.Queue_Size:
@@ -522,7 +522,7 @@ func cfgAlgorithm(l *sluicev1.Limit) (string, protoreflect.Message) {
 // limiter.FieldError field that is not "<Kind>Config.<Field>" of the
 // limit's algorithm (which the rule in cfgLimiterCheck maps).
 var cfgLimiterFields = map[string]string{
-	"Fixed limit":        "fixed.limit",
+	"FixedConfig.Limit":  "fixed.limit", // no default to show
 	"FixedQueue size":    "queue.size",
 	"LittleQueue target": "queue.target",
 }
@@ -541,7 +541,7 @@ var cfgAllowed = map[string]string{
 func cfgLimiterCheck(ps *cfgProblems, path string, l *sluicev1.Limit, out Limit) {
 	var errs []error
 	if out.Algorithm != nil {
-		if _, err := out.Algorithm.NewAlgorithm(); err != nil {
+		if _, err := out.Algorithm.New(); err != nil {
 			errs = append(errs, err)
 		}
 	}

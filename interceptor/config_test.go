@@ -53,29 +53,29 @@ func TestLoadConfigExample(t *testing.T) {
 	c := newConfig(opts)
 	require.NoError(t, errors.Join(c.errs...))
 	assert.Equal(t, Limit{
-		Algorithm: AIMD(limiter.AIMDConfig{BackoffRatio: 0.8}),
+		Algorithm: limiter.AIMDConfig{BackoffRatio: 0.8},
 		Queue:     limiter.LittleQueue(50 * time.Millisecond),
 	}, c.def)
 	catalog := Limit{
-		Algorithm: Vegas(limiter.VegasConfig{InitialLimit: 50}),
+		Algorithm: limiter.VegasConfig{InitialLimit: 50},
 		Queue:     limiter.LittleQueue(20 * time.Millisecond),
 		LIFO:      true,
 	}
 	assert.Equal(t, []namedLimit{
 		{"/shop.v1.Checkout/PlaceOrder", Limit{
-			Algorithm: AIMD(limiter.AIMDConfig{InitialLimit: 20, MinLimit: 2, MaxLimit: 200, Timeout: 500 * time.Millisecond}),
+			Algorithm: limiter.AIMDConfig{InitialLimit: 20, MinLimit: 2, MaxLimit: 200, Timeout: 500 * time.Millisecond},
 			Queue:     limiter.FixedQueue(8),
 			Priority:  PriorityCritical,
 		}, 0},
 		{"/shop.v1.Search/", Limit{
-			Algorithm: Gradient2(limiter.Gradient2Config{MaxLimit: 500}),
+			Algorithm: limiter.Gradient2Config{MaxLimit: 500},
 			Rate:      RateLimit{PerSecond: 200, Burst: 50},
 			Priority:  PrioritySheddable,
 			DryRun:    true,
 		}, 0},
 		{"/shop.v1.Catalog/GetItem", catalog, 0},
 		{"/shop.v1.Catalog/ListItems", catalog, 0},
-		{"/shop.v1.Reports/Export", Limit{Algorithm: Fixed(4)}, 0},
+		{"/shop.v1.Reports/Export", Limit{Algorithm: limiter.FixedConfig{Limit: 4}}, 0},
 		{"/shop.v1.Internal/", Limit{Exempt: true}, 0},
 	}, c.methods)
 	assert.Equal(t, RateLimit{PerSecond: 50, Burst: 100}, c.callerRate)

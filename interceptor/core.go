@@ -91,7 +91,7 @@ func buildTable(side string, cfg *config) (*table, error) {
 // file (LoadConfig, ParseConfig, ConfigOptions) are left out of that base:
 // the new file's options replace them whole. Everything is validated first: on an error
 // nothing changes. Limiters whose Limit is unchanged (same method
-// or service name, equal Limit; see AlgorithmFactory) keep their live limit
+// or service name, equal Limit; see Limit.Algorithm) keep their live limit
 // and state; the others are rebuilt, and calls admitted before the reload
 // return their permits to the limiter that gave them. A caller rate limit
 // with the same RateLimit keeps its callers' state. WithMeterProvider

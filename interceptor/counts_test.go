@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/limiter"
 )
 
 // TestCounts drives real calls past a limiter, one held in the handler
@@ -39,7 +40,7 @@ func TestCounts(t *testing.T) {
 		{name: "rate", side: "server", opts: []Option{WithMethod(testService, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 1}})}, admits: 1, rejects: 3},
 		// A dry run counts what it admits with a permit, and not the
 		// calls it lets through without one.
-		{name: "dry run", side: "server", opts: []Option{WithMethod(testService, Limit{Algorithm: Fixed(1), DryRun: true})}, block: true, dry: true, admits: 2},
+		{name: "dry run", side: "server", opts: []Option{WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, DryRun: true})}, block: true, dry: true, admits: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

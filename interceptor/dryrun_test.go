@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/limiter"
 )
 
 // syncBuffer is a bytes.Buffer for a logger written from gRPC's goroutines.
@@ -47,7 +48,7 @@ func TestDryRun(t *testing.T) {
 		dry   bool
 	}{
 		{"enforced", []Option{WithMethod(testService, fixed(1))}, nil, false},
-		{"Limit.DryRun", []Option{WithMethod(testService, Limit{Algorithm: Fixed(1), DryRun: true})}, nil, true},
+		{"Limit.DryRun", []Option{WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, DryRun: true})}, nil, true},
 		{"WithDryRun", []Option{WithMethod(testService, fixed(1)), WithDryRun()}, nil, true},
 		{"SetDryRun", []Option{WithMethod(testService, fixed(1))}, func(t *testing.T, s *Server) {
 			require.NoError(t, s.SetDryRun("sluice.test.v1.TestService/", true))
@@ -127,7 +128,7 @@ func TestDryRunReload(t *testing.T) {
 	tok, rej := s.admit(t.Context(), r)
 	require.Nil(t, rej)
 
-	require.NoError(t, s.Reload(WithMethod(testService, Limit{Algorithm: Fixed(3), DryRun: true})))
+	require.NoError(t, s.Reload(WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 3}, DryRun: true})))
 	ls := s.Limiters()
 	require.Len(t, ls, 1)
 	assert.True(t, ls[0].DryRun)

@@ -46,12 +46,12 @@ func ExampleWithMethod() {
 		// Reports scan a large table: at most 4 at a time, and a short
 		// queue so a burst waits instead of failing.
 		interceptor.WithMethod("/shop.v1.Reports/Generate", interceptor.Limit{
-			Algorithm: interceptor.Fixed(4),
+			Algorithm: limiter.FixedConfig{Limit: 4},
 			Queue:     limiter.FixedQueue(8),
 		}),
 		// Every method of the order service shares one adaptive limiter.
 		interceptor.WithMethod("/shop.v1.Orders/", interceptor.Limit{
-			Algorithm: interceptor.AIMD(limiter.AIMDConfig{MaxLimit: 200}),
+			Algorithm: limiter.AIMDConfig{MaxLimit: 200},
 		}),
 		interceptor.WithExempt("/shop.v1.Admin/"),
 	)
@@ -68,7 +68,7 @@ func ExampleNewServer_errors() {
 	_, err := interceptor.NewServer(
 		interceptor.WithMethod("shop.v1.Orders/Create", interceptor.Limit{}),
 		interceptor.WithDefault(interceptor.Limit{
-			Algorithm: interceptor.AIMD(limiter.AIMDConfig{BackoffRatio: 1.5}),
+			Algorithm: limiter.AIMDConfig{BackoffRatio: 1.5},
 		}),
 	)
 	fmt.Println(err)

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/limiter"
 )
 
 // FuzzMethodName checks that any method name is either refused with an
@@ -31,7 +33,7 @@ func FuzzMethodName(f *testing.F) {
 		if name != "/"+service+"/"+method {
 			t.Fatalf("%q split into %q and %q", name, service, method)
 		}
-		s, err := NewServer(WithMethod(name, Limit{Algorithm: Fixed(3)}), WithDefault(Limit{Algorithm: Fixed(5)}))
+		s, err := NewServer(WithMethod(name, Limit{Algorithm: limiter.FixedConfig{Limit: 3}}), WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 5}}))
 		if err != nil {
 			// Naming a default exemption twice is the only other error.
 			if isDefaultExempt(name) {
@@ -126,7 +128,7 @@ func FuzzPriorityHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, first, second string, trusted bool, claimCap int8) {
 		maxClaim := Priority(min(max(claimCap, int8(PrioritySheddable)), int8(PriorityCritical)))
 		s, err := NewServer(WithPriorityHeader("x-priority"),
-			WithMethod(unaryMethod, Limit{Algorithm: Fixed(4), Priority: PrioritySheddable}),
+			WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 4}, Priority: PrioritySheddable}),
 			WithPriorityTrust(func(context.Context) bool { return trusted }),
 			WithMaxClaimedPriority(maxClaim))
 		if err != nil {
@@ -175,7 +177,7 @@ func FuzzClientPushback(f *testing.F) {
 	}
 	const maxHold = 300 * time.Millisecond
 	f.Fuzz(func(t *testing.T, v string) {
-		c, err := NewClient(WithDefault(Limit{Algorithm: Fixed(2)}), WithMaxPushback(maxHold))
+		c, err := NewClient(WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 2}}), WithMaxPushback(maxHold))
 		if err != nil {
 			t.Fatal(err)
 		}

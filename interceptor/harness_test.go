@@ -31,15 +31,15 @@ const (
 )
 
 // fixed is a Limit pinned at n: min = max, so tests know the limit.
-func fixed(n int) Limit { return Limit{Algorithm: Fixed(n)} }
+func fixed(n int) Limit { return Limit{Algorithm: limiter.FixedConfig{Limit: n}} }
 
 // perCall is a Limit with seed 001's per-call AIMD, so one sample moves
 // the limit: initial = max = 10, backoff 0.5, no timeout in reach.
 func perCall() Limit {
-	return Limit{Algorithm: AIMD(limiter.AIMDConfig{
+	return Limit{Algorithm: limiter.AIMDConfig{
 		InitialLimit: 10, MinLimit: 1, MaxLimit: 10, BackoffRatio: 0.5,
 		Timeout: time.Hour, PerCall: true,
-	})}
+	}}
 }
 
 // env is a test service on 127.0.0.1:0 with sluice on the server, the
@@ -215,3 +215,9 @@ func (b *block) awaitEntered(t *testing.T, n int) {
 		}
 	}
 }
+
+// algorithmFunc is an AlgorithmConfig of a test's own making: a func, so
+// not comparable, as a user's configuration may not be.
+type algorithmFunc func() (limiter.Algorithm, error)
+
+func (f algorithmFunc) New() (limiter.Algorithm, error) { return f() }

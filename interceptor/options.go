@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -19,11 +18,12 @@ type Option func(*config)
 // The zero Limit is the protective default: an adaptive AIMD limiter
 // (limiter.AIMDConfig's defaults) and no wait queue.
 type Limit struct {
-	// Algorithm makes the algorithm of each limiter built from this Limit.
-	// Nil means AIMD with the defaults of limiter.AIMDConfig. Use AIMD,
-	// Vegas, Gradient2 or Fixed, or an AlgorithmFunc returning a fresh
-	// Algorithm: algorithms keep state, so each limiter needs its own.
-	Algorithm AlgorithmFactory
+	// Algorithm makes the algorithm of each limiter built from this Limit:
+	// limiter.AIMDConfig, VegasConfig, Gradient2Config, FixedConfig, or a
+	// configuration of your own. Nil means limiter.AIMDConfig{}. A Reload
+	// keeps the state of a limiter whose configuration is equal; one of
+	// your own type is rebuilt every time.
+	Algorithm limiter.AlgorithmConfig
 	// Queue lets calls that find every permit taken wait for one, within
 	// their deadline and the queue's bound. The zero value is
 	// limiter.NoQueue: such calls are rejected at once.
@@ -49,69 +49,25 @@ type Limit struct {
 	DryRun bool
 }
 
-// An AlgorithmFactory makes a fresh Algorithm for each limiter built from
-// a Limit. The factories of AIMD, Vegas, Gradient2 and Fixed compare equal
-// when their configurations do, which lets Reload keep the state of a
-// limiter whose Limit did not change; an AlgorithmFunc never compares
-// equal, so its limiters are rebuilt on every Reload.
-type AlgorithmFactory interface {
-	NewAlgorithm() (limiter.Algorithm, error)
-}
-
-// An AlgorithmFunc is an AlgorithmFactory made of a func.
-type AlgorithmFunc func() (limiter.Algorithm, error)
-
-// NewAlgorithm implements AlgorithmFactory.
-func (f AlgorithmFunc) NewAlgorithm() (limiter.Algorithm, error) { return f() }
-
-type (
-	aimdFactory      limiter.AIMDConfig
-	vegasFactory     limiter.VegasConfig
-	gradient2Factory limiter.Gradient2Config
-	fixedFactory     int
-)
-
-func (c aimdFactory) NewAlgorithm() (limiter.Algorithm, error) {
-	return limiter.NewAIMD(limiter.AIMDConfig(c))
-}
-
-func (c vegasFactory) NewAlgorithm() (limiter.Algorithm, error) {
-	return limiter.NewVegas(limiter.VegasConfig(c))
-}
-
-func (c gradient2Factory) NewAlgorithm() (limiter.Algorithm, error) {
-	return limiter.NewGradient2(limiter.Gradient2Config(c))
-}
-
-func (n fixedFactory) NewAlgorithm() (limiter.Algorithm, error) { return limiter.NewFixed(int(n)) }
-
-// AIMD returns a factory of limiter.AIMD algorithms configured by c.
-func AIMD(c limiter.AIMDConfig) AlgorithmFactory { return aimdFactory(c) }
-
-// Vegas returns a factory of limiter.Vegas algorithms configured by c.
-func Vegas(c limiter.VegasConfig) AlgorithmFactory { return vegasFactory(c) }
-
-// Gradient2 returns a factory of limiter.Gradient2 algorithms configured
-// by c.
-func Gradient2(c limiter.Gradient2Config) AlgorithmFactory { return gradient2Factory(c) }
-
-// Fixed returns a factory of fixed limits of n.
-func Fixed(n int) AlgorithmFactory { return fixedFactory(n) }
-
 // sameLimit reports whether a and b build identical limiters.
 func sameLimit(a, b Limit) bool {
 	// A limiter switches in and out of a dry run without losing its state.
 	a.DryRun, b.DryRun = false, false
 	fa, fb := a.Algorithm, b.Algorithm
 	a.Algorithm, b.Algorithm = nil, nil
-	if a != b {
-		return false
+	return a == b && sameAlgorithm(fa, fb)
+}
+
+// sameAlgorithm reports whether a and b make identical algorithms: both
+// nil, or equal configurations of this module's. A configuration of
+// another type may not be comparable, so it never equals: its limiters are
+// rebuilt on every Reload.
+func sameAlgorithm(a, b limiter.AlgorithmConfig) bool {
+	switch a.(type) {
+	case nil, limiter.AIMDConfig, limiter.VegasConfig, limiter.Gradient2Config, limiter.FixedConfig:
+		return a == b
 	}
-	if fa == nil || fb == nil {
-		return fa == nil && fb == nil
-	}
-	ta := reflect.TypeOf(fa)
-	return ta == reflect.TypeOf(fb) && ta.Comparable() && fa == fb
+	return false
 }
 
 // DefaultExempt lists the services exempt from limiting unless an option

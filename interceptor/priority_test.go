@@ -44,7 +44,7 @@ func fromPeer(addr string, vs ...string) context.Context {
 // Attack: any client could claim critical priority, and when an edge
 // proxy appended its own value the client's (first) one won.
 func TestPriorityHeaderTrust(t *testing.T) {
-	limit := WithMethod(unaryMethod, Limit{Algorithm: Fixed(4), Priority: PrioritySheddable})
+	limit := WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 4}, Priority: PrioritySheddable})
 	edge := WithTrustedPeers("10.0.0.0/8", "2001:db8::1")
 	tests := []struct {
 		name string
@@ -171,7 +171,7 @@ func TestPrioritySheddingOrder(t *testing.T) {
 
 func TestPriorityFromLimitAndHeader(t *testing.T) {
 	s, err := NewServer(WithPriorityHeader("x-priority"), WithPriorityTrust(trustAll),
-		WithMethod(unaryMethod, Limit{Algorithm: Fixed(4), Priority: PrioritySheddable}))
+		WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 4}, Priority: PrioritySheddable}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	r := s.tab.Load().lookup(unaryMethod)

@@ -17,19 +17,19 @@ import (
 )
 
 func TestSameLimit(t *testing.T) {
-	aimd := AIMD(limiter.AIMDConfig{MaxLimit: 50})
-	custom := AlgorithmFunc(func() (limiter.Algorithm, error) { return limiter.NewFixed(3) })
+	aimd := limiter.AIMDConfig{MaxLimit: 50}
+	custom := algorithmFunc(func() (limiter.Algorithm, error) { return limiter.FixedConfig{Limit: 3}.New() })
 	tests := []struct {
 		name string
 		a, b Limit
 		want bool
 	}{
 		{"zero limits", Limit{}, Limit{}, true},
-		{"equal AIMD configs", Limit{Algorithm: aimd}, Limit{Algorithm: AIMD(limiter.AIMDConfig{MaxLimit: 50})}, true},
-		{"different AIMD configs", Limit{Algorithm: aimd}, Limit{Algorithm: AIMD(limiter.AIMDConfig{MaxLimit: 60})}, false},
-		{"AIMD vs Fixed", Limit{Algorithm: aimd}, Limit{Algorithm: Fixed(50)}, false},
-		{"nil vs explicit default", Limit{}, Limit{Algorithm: AIMD(limiter.AIMDConfig{})}, false},
-		{"an AlgorithmFunc never equals", Limit{Algorithm: custom}, Limit{Algorithm: custom}, false},
+		{"equal AIMD configs", Limit{Algorithm: aimd}, Limit{Algorithm: limiter.AIMDConfig{MaxLimit: 50}}, true},
+		{"different AIMD configs", Limit{Algorithm: aimd}, Limit{Algorithm: limiter.AIMDConfig{MaxLimit: 60}}, false},
+		{"AIMD vs Fixed", Limit{Algorithm: aimd}, Limit{Algorithm: limiter.FixedConfig{Limit: 50}}, false},
+		{"nil vs explicit default", Limit{}, Limit{Algorithm: limiter.AIMDConfig{}}, false},
+		{"a configuration of the user's own type never equals", Limit{Algorithm: custom}, Limit{Algorithm: custom}, false},
 		{"queue differs", Limit{Queue: limiter.FixedQueue(2)}, Limit{Queue: limiter.FixedQueue(3)}, false},
 		{"rate differs", Limit{Rate: RateLimit{PerSecond: 1}}, Limit{Rate: RateLimit{PerSecond: 2}}, false},
 		{"priority differs", Limit{Priority: PriorityCritical}, Limit{}, false},
@@ -137,7 +137,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	configs := [][]Option{
 		{WithMethod(unaryMethod, fixed(4))},
 		{WithMethod(unaryMethod, fixed(2)), WithMethod(testService, fixed(3))},
-		{WithMethod(testService, Limit{Algorithm: Fixed(6), Queue: limiter.FixedQueue(4)})},
+		{WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 6}, Queue: limiter.FixedQueue(4)})},
 		{WithExempt(unaryMethod)},
 	}
 	for i := range 60 {

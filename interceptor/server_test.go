@@ -214,7 +214,7 @@ func TestServerQueue(t *testing.T) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
 	e := newEnv(t, svc, envConfig{
-		server:   []Option{WithMethod(unaryMethod, Limit{Algorithm: Fixed(1), Queue: limiter.FixedQueue(1)})},
+		server:   []Option{WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.FixedQueue(1)})},
 		noClient: true,
 	})
 	g := gateOf(e.srv.core, unaryMethod)
@@ -324,7 +324,7 @@ func TestServerHealthCanBeLimited(t *testing.T) {
 }
 
 func TestOptionErrors(t *testing.T) {
-	badAIMD := AIMD(limiter.AIMDConfig{BackoffRatio: 1.2})
+	badAIMD := limiter.AIMDConfig{BackoffRatio: 1.2}
 	tests := []struct {
 		name string
 		opts []Option
@@ -346,11 +346,11 @@ func TestOptionErrors(t *testing.T) {
 			`interceptor: method "/sluice.test.v1.TestService/Unary" is configured twice`},
 		{"bad algorithm in a method", []Option{WithMethod(unaryMethod, Limit{Algorithm: badAIMD})},
 			`interceptor: WithMethod("/sluice.test.v1.TestService/Unary"): limiter: AIMDConfig.BackoffRatio is 1.2, must be in [0.5, 1)`},
-		{"bad default", []Option{WithDefault(Limit{Algorithm: Fixed(0)})},
-			`interceptor: WithDefault: limiter: Fixed limit is 0, must be in [1, 1048576]`},
+		{"bad default", []Option{WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 0}})},
+			`interceptor: WithDefault: limiter: FixedConfig.Limit is 0, must be in [1, 1048576]`},
 		{"bad queue", []Option{WithDefault(Limit{Queue: limiter.FixedQueue(-1)})},
 			`interceptor: WithDefault: limiter: FixedQueue size is -1, must be in [0, 1048576]`},
-		{"nil algorithm result", []Option{WithDefault(Limit{Algorithm: AlgorithmFunc(func() (limiter.Algorithm, error) { return nil, nil })})},
+		{"nil algorithm result", []Option{WithDefault(Limit{Algorithm: algorithmFunc(func() (limiter.Algorithm, error) { return nil, nil })})},
 			`interceptor: WithDefault: Limit.Algorithm returned a nil Algorithm`},
 		{"nil classifier", []Option{WithClassifier(nil)},
 			`interceptor: WithClassifier(nil): a Classifier is required; omit the option for DefaultClassifier`},

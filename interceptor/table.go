@@ -335,7 +335,7 @@ func limiterOptions(l Limit) []limiter.Option {
 func newLimiter(l Limit) (*limiter.Limiter, error) {
 	opts := limiterOptions(l)
 	if l.Algorithm != nil {
-		alg, err := l.Algorithm.NewAlgorithm()
+		alg, err := l.Algorithm.New()
 		if err != nil {
 			return nil, err
 		}
@@ -516,7 +516,7 @@ func (t *table) onDefault(method string) bool {
 func (t *table) newGate(name string, l Limit) *gate {
 	lim, err := newLimiter(l)
 	if err != nil {
-		// newTable built this Limit once already; an AlgorithmFunc that
+		// newTable built this Limit once already; a configuration of the user's that
 		// fails only later falls back to the default algorithm rather
 		// than leaving the method unprotected.
 		lim, _ = limiter.New(limiterOptions(l)...)

@@ -198,7 +198,7 @@ func TestAttackTapTrickledBody(t *testing.T) {
 	seen := newHeaderSeen(unaryMethod)
 	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true,
 		server: []Option{WithEarlyRejection(),
-			WithDefault(Limit{Algorithm: AlgorithmFunc(func() (limiter.Algorithm, error) { return rec, nil })})},
+			WithDefault(Limit{Algorithm: algorithmFunc(func() (limiter.Algorithm, error) { return rec, nil })})},
 		serverOpts: []grpc.ServerOption{grpc.StatsHandler(seen)}})
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
 	require.NoError(t, err)

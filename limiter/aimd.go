@@ -6,8 +6,24 @@ import (
 	"time"
 )
 
-// AIMDConfig configures an AIMD. The zero value of every field selects its
-// default, so AIMDConfig{} is the recommended configuration.
+// AIMDConfig configures AIMD, the default Algorithm: additive increase and
+// multiplicative decrease of a limit on the calls in flight, applied once
+// per round trip. The zero value of every field selects its default, so
+// AIMDConfig{} is the recommended configuration.
+//
+// With Timeout zero (the default) a round trip is late when its mean RTT
+// exceeds the no-load RTT by more than its noise, and the limit moves
+// toward the calls the downstream can carry without a queue, by Little's
+// law (docs/design.md has the rule, the reasoning and the measurements).
+// A drop (RESOURCE_EXHAUSTED, an overrun deadline) counts with the time
+// it took and not as a success, so a round trip in which few calls
+// succeed is late and the limit falls toward what did.
+//
+// With an explicit Timeout, or PerCall, AIMD is the classic rule of TCP
+// Reno and Netflix's AIMD: a drop, or a call slower than Timeout,
+// multiplies the limit by BackoffRatio, and a success that found the
+// limit at least half used adds one (per round trip, or per call with
+// PerCall).
 type AIMDConfig struct {
 	// InitialLimit is the limit before any call has returned. Zero (the
 	// default) admits every call until the first returns, so that a fresh
@@ -88,37 +104,30 @@ func (c AIMDConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// AIMD is the default Algorithm: additive increase and multiplicative
-// decrease of a limit on the calls in flight, applied once per round trip.
-//
-// With Timeout zero (the default) a round trip is late when its mean RTT
-// exceeds the no-load RTT by more than its noise, and the limit moves
-// toward the calls the downstream can carry without a queue, by Little's
-// law: see the rule on little, and docs/design.md for the reasoning and
-// the measurements. A drop (RESOURCE_EXHAUSTED, an overrun deadline)
-// counts with the time it took and not as a success, so a round trip in
-// which few calls succeed is late and the limit falls toward what did.
-//
-// With an explicit Timeout, or PerCall, AIMD is the classic rule of TCP
-// Reno and Netflix's AIMD: a drop, or a call slower than Timeout,
-// multiplies the limit by BackoffRatio, and a success that found the
-// limit at least half used adds one (per round trip, or per call with
-// PerCall).
-type AIMD struct {
+// aimd is the Algorithm an AIMDConfig makes.
+type aimd struct {
 	cfg     AIMDConfig
 	little  *little  // Timeout 0 and not PerCall
 	classic *classic // otherwise
 }
 
-// NewAIMD returns an AIMD configured by c, or an error naming every field
+// New returns a fresh AIMD configured by c, or an error naming every field
 // that is out of range.
-func NewAIMD(c AIMDConfig) (*AIMD, error) {
+func (c AIMDConfig) New() (Algorithm, error) {
+	a, err := newAIMD(c)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func newAIMD(c AIMDConfig) (*aimd, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	admitAll := c.InitialLimit == 0
 	c = c.withDefaults()
-	a := &AIMD{cfg: c}
+	a := &aimd{cfg: c}
 	if c.Timeout == 0 && !c.PerCall {
 		a.little = newLittle(c, admitAll)
 	} else {
@@ -128,7 +137,7 @@ func NewAIMD(c AIMDConfig) (*AIMD, error) {
 }
 
 // Update implements Algorithm.
-func (a *AIMD) Update(s Sample) int {
+func (a *aimd) Update(s Sample) int {
 	if a.little != nil {
 		return a.little.Update(s)
 	}
@@ -136,7 +145,7 @@ func (a *AIMD) Update(s Sample) int {
 }
 
 // Limit implements Algorithm.
-func (a *AIMD) Limit() int {
+func (a *aimd) Limit() int {
 	if a.little != nil {
 		return a.little.Limit()
 	}
@@ -144,10 +153,10 @@ func (a *AIMD) Limit() int {
 }
 
 // granted lets the Limiter count grants for the adaptive rule's probes.
-func (a *AIMD) granted(inflight int) bool {
+func (a *aimd) granted(inflight int) bool {
 	return a.little != nil && a.little.granted(inflight)
 }
 
-func (a *AIMD) String() string {
+func (a *aimd) String() string {
 	return fmt.Sprintf("AIMD(limit=%d)", a.Limit())
 }

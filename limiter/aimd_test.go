@@ -12,13 +12,13 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // seedAIMD returns an AIMD with seed 001's per-call semantics.
-func seedAIMD(t *testing.T, c AIMDConfig) *AIMD {
+func seedAIMD(t *testing.T, c AIMDConfig) *aimd {
 	t.Helper()
 	c.PerCall = true
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Second
 	}
-	a, err := NewAIMD(c)
+	a, err := newAIMD(c)
 	require.NoError(t, err)
 	return a
 }
@@ -104,7 +104,7 @@ func TestAIMDConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := NewAIMD(tt.cfg)
+			a, err := newAIMD(tt.cfg)
 			require.Error(t, err)
 			assert.Nil(t, a)
 			for _, w := range tt.want {
@@ -117,7 +117,7 @@ func TestAIMDConfigErrors(t *testing.T) {
 }
 
 func TestAIMDDefaults(t *testing.T) {
-	a, err := NewAIMD(AIMDConfig{})
+	a, err := newAIMD(AIMDConfig{})
 	require.NoError(t, err)
 	assert.Equal(t, AIMDConfig{
 		InitialLimit: defaultAIMDInitialLimit,
@@ -126,15 +126,15 @@ func TestAIMDDefaults(t *testing.T) {
 		BackoffRatio: defaultAIMDBackoffRatio,
 	}, a.cfg)
 	assert.Equal(t, 1000, a.Limit(), "admits every call until the first returns")
-	a, err = NewAIMD(AIMDConfig{InitialLimit: 20})
+	a, err = newAIMD(AIMDConfig{InitialLimit: 20})
 	require.NoError(t, err)
 	assert.Equal(t, 20, a.Limit(), "an explicit InitialLimit starts there")
 
 	// Defaults bend around explicit bounds instead of contradicting them.
-	a, err = NewAIMD(AIMDConfig{MaxLimit: 8})
+	a, err = newAIMD(AIMDConfig{MaxLimit: 8})
 	require.NoError(t, err)
 	assert.Equal(t, 8, a.Limit())
-	a, err = NewAIMD(AIMDConfig{MinLimit: 2000})
+	a, err = newAIMD(AIMDConfig{MinLimit: 2000})
 	require.NoError(t, err)
 	assert.Equal(t, 2000, a.Limit())
 	assert.Equal(t, 2000, a.cfg.MaxLimit)
@@ -164,7 +164,7 @@ func feed(a Algorithm, samples []Sample) int {
 // round trip opened cannot close it.
 func TestAIMDRoundTrips(t *testing.T) {
 	ms := time.Millisecond
-	a, err := NewAIMD(AIMDConfig{InitialLimit: 20, Timeout: 100 * ms})
+	a, err := newAIMD(AIMDConfig{InitialLimit: 20, Timeout: 100 * ms})
 	require.NoError(t, err)
 	at := t0
 	require.Equal(t, 21, feed(a, roundTrip(at, 10*ms, 10, 20, Success)), "a loaded round trip adds one")
@@ -196,7 +196,7 @@ func TestAIMDDropShare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := NewAIMD(AIMDConfig{InitialLimit: 40, Timeout: time.Second})
+			a, err := newAIMD(AIMDConfig{InitialLimit: 40, Timeout: time.Second})
 			require.NoError(t, err)
 			trip := roundTrip(t0, 10*ms, 10, 40, Success)
 			for i := range tt.drops {
@@ -224,7 +224,7 @@ func TestAIMDUntimed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := NewAIMD(AIMDConfig{InitialLimit: 10, Timeout: time.Second})
+			a, err := newAIMD(AIMDConfig{InitialLimit: 10, Timeout: time.Second})
 			require.NoError(t, err)
 			var got []float64
 			for _, s := range tt.samples {
@@ -237,14 +237,14 @@ func TestAIMDUntimed(t *testing.T) {
 }
 
 func TestFixed(t *testing.T) {
-	f, err := NewFixed(7)
+	f, err := newFixed(7)
 	require.NoError(t, err)
 	assert.Equal(t, 7, f.Update(call(time.Hour, 100, Dropped)))
 	assert.Equal(t, 7, f.Limit())
 
 	for _, n := range []int{0, -1, MaxLimit + 1} {
-		_, err := NewFixed(n)
-		assert.ErrorContains(t, err, "limiter: Fixed limit is")
+		_, err := newFixed(n)
+		assert.ErrorContains(t, err, "limiter: FixedConfig.Limit is")
 		assert.ErrorContains(t, err, "must be in [1, 1048576]")
 	}
 }
@@ -253,7 +253,7 @@ func TestFixed(t *testing.T) {
 // untimed drops, then ten loaded successes, must not leave the limit above
 // where it started.
 func TestAIMDUntimedPushback(t *testing.T) {
-	a, err := NewAIMD(AIMDConfig{})
+	a, err := newAIMD(AIMDConfig{})
 	require.NoError(t, err)
 	for range 10 {
 		a.Update(call(UntimedRTT, 20, Dropped))
@@ -269,12 +269,12 @@ func TestAIMDUntimedPushback(t *testing.T) {
 // a drop without an RTT (a stream's), and ignores an untimed success.
 func TestUntimedDrops(t *testing.T) {
 	newVegas := func() Algorithm {
-		v, err := NewVegas(VegasConfig{InitialLimit: 20})
+		v, err := newVegas(VegasConfig{InitialLimit: 20})
 		require.NoError(t, err)
 		return v
 	}
 	newGradient2 := func() Algorithm {
-		g, err := NewGradient2(Gradient2Config{InitialLimit: 20})
+		g, err := newGradient2(Gradient2Config{InitialLimit: 20})
 		require.NoError(t, err)
 		return g
 	}

@@ -2,7 +2,8 @@ package limiter
 
 // An Algorithm decides the concurrency limit from the samples of finished
 // calls. AIMD is the default; Vegas and Gradient2 follow latency instead of
-// drops; Fixed never changes.
+// drops; a fixed limit never changes. Their configurations make them (see
+// AlgorithmConfig).
 //
 // Implementations must be safe for concurrent use: a Limiter calls Update
 // from whichever goroutine releases a Token, without a lock of its own, so
@@ -15,4 +16,12 @@ type Algorithm interface {
 
 	// Limit reports the current limit without changing it.
 	Limit() int
+}
+
+// An AlgorithmConfig makes a fresh Algorithm each time New is called:
+// algorithms keep state, so each Limiter needs its own. AIMDConfig,
+// VegasConfig, Gradient2Config and FixedConfig are the ones this package
+// provides; a type of your own makes a custom Algorithm.
+type AlgorithmConfig interface {
+	New() (Algorithm, error)
 }

@@ -15,7 +15,7 @@ import (
 // calls of a few nanoseconds see scheduler preemption as congestion, and
 // the benchmark measures the path below the limit.
 func newBenchLimiter(b *testing.B, opts ...Option) *Limiter {
-	a, err := NewAIMD(AIMDConfig{MinLimit: 64})
+	a, err := newAIMD(AIMDConfig{MinLimit: 64})
 	if err != nil {
 		b.Fatal(err)
 	}

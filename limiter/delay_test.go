@@ -39,7 +39,7 @@ func TestVegas(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, err := NewVegas(VegasConfig{})
+			v, err := newVegas(VegasConfig{})
 			require.NoError(t, err)
 			var got []int
 			for _, s := range tt.samples {
@@ -51,7 +51,7 @@ func TestVegas(t *testing.T) {
 }
 
 func TestVegasProbeResetsNoLoad(t *testing.T) {
-	v, err := NewVegas(VegasConfig{InitialLimit: 10, ProbeMultiplier: 2})
+	v, err := newVegas(VegasConfig{InitialLimit: 10, ProbeMultiplier: 2})
 	require.NoError(t, err)
 	v.Update(call(10*time.Millisecond, 1, Success))
 	// The downstream is now slower; within ProbeMultiplier × limit
@@ -63,7 +63,7 @@ func TestVegasProbeResetsNoLoad(t *testing.T) {
 }
 
 func TestVegasSmoothing(t *testing.T) {
-	v, err := NewVegas(VegasConfig{Smoothing: 0.5})
+	v, err := newVegas(VegasConfig{Smoothing: 0.5})
 	require.NoError(t, err)
 	v.Update(call(10*time.Millisecond, 20, Success))
 	assert.Equal(t, 23, v.Update(call(10*time.Millisecond, 20, Success))) // 20 + (26−20)/2
@@ -94,7 +94,7 @@ func TestGradient2(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g, err := NewGradient2(Gradient2Config{})
+			g, err := newGradient2(Gradient2Config{})
 			require.NoError(t, err)
 			var got []int
 			for _, s := range tt.samples {
@@ -107,7 +107,7 @@ func TestGradient2(t *testing.T) {
 
 func TestGradient2LongRTT(t *testing.T) {
 	ms := time.Millisecond
-	g, err := NewGradient2(Gradient2Config{LongWindow: 3})
+	g, err := newGradient2(Gradient2Config{LongWindow: 3})
 	require.NoError(t, err)
 	for _, rtt := range []time.Duration{10 * ms, 20 * ms, 30 * ms} {
 		g.Update(call(rtt, 1, Success))
@@ -116,7 +116,7 @@ func TestGradient2LongRTT(t *testing.T) {
 
 	// After a long overload the long-term rtt sits far above a recovered
 	// short-term one; it decays by 0.9 per sample, not by the slow EWMA.
-	g, err = NewGradient2(Gradient2Config{})
+	g, err = newGradient2(Gradient2Config{})
 	require.NoError(t, err)
 	for range gradient2Warmup {
 		g.Update(call(100*ms, 1, Success))
@@ -127,7 +127,7 @@ func TestGradient2LongRTT(t *testing.T) {
 }
 
 func TestDelayConfigErrors(t *testing.T) {
-	_, err := NewVegas(VegasConfig{Alpha: 5, Beta: 4, Smoothing: 2, ProbeMultiplier: -1})
+	_, err := newVegas(VegasConfig{Alpha: 5, Beta: 4, Smoothing: 2, ProbeMultiplier: -1})
 	require.Error(t, err)
 	for _, w := range []string{
 		"VegasConfig.Beta is 4, must be > Alpha (5)",
@@ -136,7 +136,7 @@ func TestDelayConfigErrors(t *testing.T) {
 	} {
 		assert.ErrorContains(t, err, w)
 	}
-	_, err = NewGradient2(Gradient2Config{QueueSize: -1, Smoothing: -0.1, LongWindow: -5, MinLimit: 300})
+	_, err = newGradient2(Gradient2Config{QueueSize: -1, Smoothing: -0.1, LongWindow: -5, MinLimit: 300})
 	require.Error(t, err)
 	for _, w := range []string{
 		"Gradient2Config.QueueSize is -1, must be >= 0",

@@ -30,7 +30,7 @@ func Example() {
 // A Limiter with a wait queue: callers that find every permit taken wait
 // for one, within their deadline, unless the queue is full.
 func ExampleLimiter_Acquire() {
-	fixed, _ := limiter.NewFixed(1)
+	fixed, _ := limiter.FixedConfig{Limit: 1}.New()
 	l, err := limiter.New(limiter.WithAlgorithm(fixed), limiter.WithQueue(limiter.FixedQueue(10)))
 	if err != nil {
 		panic(err)
@@ -54,7 +54,7 @@ func ExampleLimiter_Acquire() {
 // Lowering the limit below the permits in flight records a debt: the next
 // releases pay it instead of freeing permits.
 func ExampleLimiter_Pin() {
-	fixed, _ := limiter.NewFixed(3)
+	fixed, _ := limiter.FixedConfig{Limit: 3}.New()
 	l, _ := limiter.New(limiter.WithAlgorithm(fixed))
 	a, _ := l.TryAcquire()
 	b, _ := l.TryAcquire()
@@ -74,12 +74,12 @@ func ExampleLimiter_Pin() {
 	// admitted: true
 }
 
-func ExampleNewAIMD() {
-	_, err := limiter.NewAIMD(limiter.AIMDConfig{BackoffRatio: 1.2})
+func ExampleAIMDConfig_New() {
+	_, err := limiter.AIMDConfig{BackoffRatio: 1.2}.New()
 	fmt.Println(err)
 
 	// Seed semantics: the rule applied to every call, with a fixed timeout.
-	aimd, _ := limiter.NewAIMD(limiter.AIMDConfig{InitialLimit: 10, Timeout: time.Second, PerCall: true})
+	aimd, _ := limiter.AIMDConfig{InitialLimit: 10, Timeout: time.Second, PerCall: true}.New()
 	fmt.Println(aimd.Update(limiter.Sample{RTT: 2 * time.Second, Inflight: 10, Outcome: limiter.Success}))
 	// Output:
 	// limiter: AIMDConfig.BackoffRatio is 1.2, must be in [0.5, 1)

@@ -2,22 +2,34 @@ package limiter
 
 import "fmt"
 
-// Fixed is an Algorithm whose limit never changes: a plain semaphore with
-// the Limiter's queue, metrics and debt handling around it.
-type Fixed struct{ n int }
-
-// NewFixed returns a Fixed limit of n, which must be in [1, MaxLimit].
-func NewFixed(n int) (*Fixed, error) {
-	if n < 1 || n > MaxLimit {
-		return nil, &FieldError{"Fixed limit", n, fmt.Sprintf("in [1, %d]", MaxLimit)}
-	}
-	return &Fixed{n: n}, nil
+// FixedConfig configures a limit that never changes: a plain semaphore
+// with the Limiter's queue, metrics and debt handling around it.
+type FixedConfig struct {
+	Limit int // in [1, MaxLimit]
 }
 
-// Limit implements Algorithm.
-func (f *Fixed) Limit() int { return f.n }
+// New returns a fixed limit of c.Limit, or an error if it is out of range.
+func (c FixedConfig) New() (Algorithm, error) {
+	f, err := newFixed(c.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
 
-// Update implements Algorithm; it ignores the sample.
-func (f *Fixed) Update(Sample) int { return f.n }
+// fixed is the Algorithm a FixedConfig makes.
+type fixed struct{ n int }
 
-func (f *Fixed) String() string { return fmt.Sprintf("Fixed(%d)", f.n) }
+func newFixed(n int) (*fixed, error) {
+	if n < 1 || n > MaxLimit {
+		return nil, &FieldError{"FixedConfig.Limit", n, fmt.Sprintf("in [1, %d]", MaxLimit)}
+	}
+	return &fixed{n: n}, nil
+}
+
+func (f *fixed) Limit() int { return f.n }
+
+// Update ignores the sample.
+func (f *fixed) Update(Sample) int { return f.n }
+
+func (f *fixed) String() string { return fmt.Sprintf("Fixed(%d)", f.n) }

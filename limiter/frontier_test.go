@@ -81,7 +81,7 @@ func runFrontier(t *testing.T, kind string, dist backend.Dist, c int, s time.Dur
 	require.NoError(t, err)
 	var opts []Option
 	if fixed > 0 {
-		f, err := NewFixed(fixed)
+		f, err := newFixed(fixed)
 		require.NoError(t, err)
 		opts = append(opts, WithAlgorithm(f))
 	}

@@ -19,7 +19,7 @@ func FuzzLimiterOps(f *testing.F) {
 	f.Add([]byte{4, 0, 3, 1, 5, 0, 2 | 1<<3, 2 | 2<<3})      // pin to 0, queued acquire, unpin
 	f.Add([]byte{0, 0, 6 | 3<<3, 6 | 1<<3, 4 | 31<<3, 0, 0}) // untimed releases
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		alg, err := NewAIMD(AIMDConfig{InitialLimit: 4, MinLimit: 1, MaxLimit: 16})
+		alg, err := newAIMD(AIMDConfig{InitialLimit: 4, MinLimit: 1, MaxLimit: 16})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,25 @@ import (
 	"time"
 )
 
-// Gradient2Config configures a Gradient2. The zero value of every field
-// selects its default.
+// Gradient2Config configures Gradient2, a delay-based Algorithm after
+// Netflix concurrency-limits' Gradient2Limit. It compares each sample's
+// RTT (the short-term RTT) with an exponential moving average over
+// LongWindow samples (the long-term RTT, a plain mean over the first 10):
+//
+//	gradient = max(0.5, min(1, longRTT / shortRTT))
+//	newLimit = limit × gradient + QueueSize
+//	limit    = limit × (1 − Smoothing) + newLimit × Smoothing
+//
+// clamped to [MinLimit, MaxLimit]. When the long-term RTT exceeds twice
+// the short-term one, as after a long overload, it is multiplied by 0.9 so
+// the baseline comes back down quickly. While in-flight is below half the
+// limit the limit does not change.
+//
+// Netflix's version ignores drops; here a Dropped sample counts as the
+// worst gradient, 0.5, so that RESOURCE_EXHAUSTED and deadline overruns
+// still back the limit off.
+//
+// The zero value of every field of Gradient2Config selects its default.
 type Gradient2Config struct {
 	InitialLimit int // default 20
 	MinLimit     int // default 1
@@ -66,24 +83,8 @@ func (c Gradient2Config) Validate() error {
 // plain mean before it becomes exponential.
 const gradient2Warmup = 10
 
-// Gradient2 is a delay-based Algorithm after Netflix concurrency-limits'
-// Gradient2Limit. It compares each sample's RTT (the short-term RTT) with
-// an exponential moving average over LongWindow samples (the long-term
-// RTT, a plain mean over the first 10):
-//
-//	gradient = max(0.5, min(1, longRTT / shortRTT))
-//	newLimit = limit × gradient + QueueSize
-//	limit    = limit × (1 − Smoothing) + newLimit × Smoothing
-//
-// clamped to [MinLimit, MaxLimit]. When the long-term RTT exceeds twice
-// the short-term one, as after a long overload, it is multiplied by 0.9 so
-// the baseline comes back down quickly. While in-flight is below half the
-// limit the limit does not change.
-//
-// Netflix's version ignores drops; here a Dropped sample counts as the
-// worst gradient, 0.5, so that RESOURCE_EXHAUSTED and deadline overruns
-// still back the limit off.
-type Gradient2 struct {
+// gradient2 is the Algorithm a Gradient2Config makes.
+type gradient2 struct {
 	cfg Gradient2Config
 
 	mu      sync.Mutex
@@ -92,32 +93,40 @@ type Gradient2 struct {
 	n       int     // samples in longRTT, up to the warmup
 }
 
-// NewGradient2 returns a Gradient2 configured by c, or an error naming
-// every field that is out of range.
-func NewGradient2(c Gradient2Config) (*Gradient2, error) {
+// New returns a fresh Gradient2 configured by c, or an error naming every
+// field that is out of range.
+func (c Gradient2Config) New() (Algorithm, error) {
+	g, err := newGradient2(c)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func newGradient2(c Gradient2Config) (*gradient2, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	c = c.withDefaults()
-	return &Gradient2{cfg: c, limit: float64(c.InitialLimit)}, nil
+	return &gradient2{cfg: c, limit: float64(c.InitialLimit)}, nil
 }
 
 // Limit implements Algorithm.
-func (g *Gradient2) Limit() int {
+func (g *gradient2) Limit() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return int(g.limit)
 }
 
 // longRTTAverage returns the long-term RTT average, for tests.
-func (g *Gradient2) longRTTAverage() time.Duration {
+func (g *gradient2) longRTTAverage() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return time.Duration(g.longRTT * float64(time.Second))
 }
 
 // Update implements Algorithm.
-func (g *Gradient2) Update(s Sample) int {
+func (g *gradient2) Update(s Sample) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if s.Outcome == Ignored || (s.RTT <= 0 && s.Outcome != Dropped) {
@@ -154,10 +163,10 @@ func (g *Gradient2) Update(s Sample) int {
 
 // setLocked moves the limit toward limit × gradient + QueueSize, within its
 // bounds, by Smoothing.
-func (g *Gradient2) setLocked(gradient float64) {
+func (g *gradient2) setLocked(gradient float64) {
 	next := g.limit*gradient + float64(g.cfg.QueueSize)
 	next = g.limit*(1-g.cfg.Smoothing) + next*g.cfg.Smoothing
 	g.limit = min(max(next, float64(g.cfg.MinLimit)), float64(g.cfg.MaxLimit))
 }
 
-func (g *Gradient2) String() string { return fmt.Sprintf("Gradient2(limit=%d)", g.Limit()) }
+func (g *gradient2) String() string { return fmt.Sprintf("Gradient2(limit=%d)", g.Limit()) }

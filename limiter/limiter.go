@@ -58,7 +58,7 @@ func New(opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	if c.alg == nil {
-		aimd, err := NewAIMD(AIMDConfig{})
+		aimd, err := newAIMD(AIMDConfig{})
 		if err != nil {
 			return nil, err
 		}

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func newFixed(t *testing.T, n int, opts ...Option) *Limiter {
+func fixedLimiter(t *testing.T, n int, opts ...Option) *Limiter {
 	t.Helper()
-	f, err := NewFixed(n)
+	f, err := newFixed(n)
 	require.NoError(t, err)
 	l, err := New(append([]Option{WithAlgorithm(f)}, opts...)...)
 	require.NoError(t, err)
@@ -45,7 +45,7 @@ func assertSettled(t *testing.T, l *Limiter) {
 }
 
 func TestTryAcquireUpToTheLimit(t *testing.T) {
-	l := newFixed(t, 3)
+	l := fixedLimiter(t, 3)
 	toks := acquireN(t, l, 3)
 	assert.Equal(t, 3, l.Inflight())
 	_, ok := l.TryAcquire()
@@ -65,7 +65,7 @@ func TestTryAcquireUpToTheLimit(t *testing.T) {
 }
 
 func TestReleaseIsIdempotent(t *testing.T) {
-	l := newFixed(t, 2)
+	l := fixedLimiter(t, 2)
 	tok, ok := l.TryAcquire()
 	require.True(t, ok)
 	tok.Release(Success)
@@ -83,7 +83,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 // released one have none.
 func TestTokenGranted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newFixed(t, 1)
+		l := fixedLimiter(t, 1)
 		var zero Token
 		assert.True(t, zero.Granted().IsZero(), "zero Token")
 
@@ -103,7 +103,7 @@ func TestTokenGranted(t *testing.T) {
 // permit; releases pay the debt until in-flight fits the new limit.
 func TestDebt(t *testing.T) {
 	t.Run("shrink below in-flight", func(t *testing.T) {
-		l := newFixed(t, 5)
+		l := fixedLimiter(t, 5)
 		toks := acquireN(t, l, 3)
 		require.NoError(t, l.Pin(1))
 		assert.Equal(t, 1, l.Limit())
@@ -123,7 +123,7 @@ func TestDebt(t *testing.T) {
 		tok.Release(Success)
 	})
 	t.Run("pin zero while held", func(t *testing.T) {
-		l := newFixed(t, 3)
+		l := fixedLimiter(t, 3)
 		toks := acquireN(t, l, 3)
 		require.NoError(t, l.Pin(0))
 		for i := range toks {
@@ -134,7 +134,7 @@ func TestDebt(t *testing.T) {
 		assert.False(t, ok, "limit 0 admits nothing")
 	})
 	t.Run("grow while in debt", func(t *testing.T) {
-		l := newFixed(t, 5)
+		l := fixedLimiter(t, 5)
 		toks := acquireN(t, l, 3)
 		require.NoError(t, l.Pin(1))
 		require.NoError(t, l.Pin(5))
@@ -231,7 +231,7 @@ func TestNewErrors(t *testing.T) {
 }
 
 func TestAcquireWithoutQueue(t *testing.T) {
-	l := newFixed(t, 1)
+	l := fixedLimiter(t, 1)
 	tok, err := l.Acquire(context.Background())
 	require.NoError(t, err)
 	_, err = l.Acquire(context.Background())
@@ -251,7 +251,7 @@ func TestWaitersAreServedInOrder(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l := newFixed(t, 1, append([]Option{WithQueue(FixedQueue(3))}, tt.opts...)...)
+				l := fixedLimiter(t, 1, append([]Option{WithQueue(FixedQueue(3))}, tt.opts...)...)
 				held, _ := l.TryAcquire()
 				var (
 					mu    sync.Mutex
@@ -288,7 +288,7 @@ func TestWaitersAreServedInOrder(t *testing.T) {
 
 func TestWaiterCancellation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newFixed(t, 1, WithQueue(FixedQueue(2)))
+		l := fixedLimiter(t, 1, WithQueue(FixedQueue(2)))
 		held, _ := l.TryAcquire()
 
 		ctx, cancel := context.WithCancel(context.Background())
@@ -325,7 +325,7 @@ func TestWaiterCancellation(t *testing.T) {
 // must go to the next waiter, not vanish.
 func TestPermitReachingACancelledWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newFixed(t, 1, WithQueue(FixedQueue(2)))
+		l := fixedLimiter(t, 1, WithQueue(FixedQueue(2)))
 		held, _ := l.TryAcquire()
 
 		ctx, cancel := context.WithCancel(context.Background())
@@ -364,7 +364,7 @@ func TestPermitReachingACancelledWaiter(t *testing.T) {
 
 func TestGrowthServesWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newFixed(t, 1, WithQueue(FixedQueue(5)))
+		l := fixedLimiter(t, 1, WithQueue(FixedQueue(5)))
 		held, _ := l.TryAcquire()
 		type result struct {
 			tok Token
@@ -424,7 +424,7 @@ func TestLittleQueueBound(t *testing.T) {
 
 func TestLittleQueueLearnsAtCapacity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newFixed(t, 2, WithQueue(LittleQueue(30*time.Millisecond)))
+		l := fixedLimiter(t, 2, WithQueue(LittleQueue(30*time.Millisecond)))
 		toks := acquireN(t, l, 2)
 		time.Sleep(10 * time.Millisecond) // the calls take 10 ms, virtually
 		toks[0].Release(Success)          // ran at capacity: 2 of 2
@@ -438,7 +438,7 @@ func TestLittleQueueLearnsAtCapacity(t *testing.T) {
 // while another goroutine moves the limit at random. Afterwards nothing may
 // be held, owed or queued, and the pool must equal the final limit.
 func TestStress(t *testing.T) {
-	l := newFixed(t, 16, WithQueue(FixedQueue(8)))
+	l := fixedLimiter(t, 16, WithQueue(FixedQueue(8)))
 	var (
 		held     atomic.Int64
 		maxLimit atomic.Int64
@@ -515,7 +515,7 @@ func TestStress(t *testing.T) {
 }
 
 func TestTryAcquireLeaving(t *testing.T) {
-	l := newFixed(t, 4)
+	l := fixedLimiter(t, 4)
 	var toks []Token
 	for range 2 {
 		tok, ok := l.TryAcquireLeaving(2)

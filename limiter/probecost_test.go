@@ -223,7 +223,7 @@ func TestProbeWithoutBaseline(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lim, be := newLimitedBackend(t, "fifo", c, s, backend.Exponential)
 				runLoad(t, lim, be, s, 0.5*float64(c)/s.Seconds(), 2*time.Second, seed)
-				a := lim.alg.(*AIMD).little
+				a := lim.alg.(*aimd).little
 				a.mu.Lock()
 				defer a.mu.Unlock()
 				assert.Equal(t, 1, a.probes, "probes in 2 s")

@@ -51,17 +51,17 @@ func runShape(t *testing.T, r shapeRun, c int, s time.Duration) shapeResult {
 	var opts []Option
 	switch {
 	case r.fixed > 0:
-		f, err := NewFixed(r.fixed)
+		f, err := newFixed(r.fixed)
 		require.NoError(t, err)
 		opts = append(opts, WithAlgorithm(f))
 	case *shapesAlg == "vegas":
-		v, err := NewVegas(VegasConfig{})
+		v, err := newVegas(VegasConfig{})
 		require.NoError(t, err)
 		opts = append(opts, WithAlgorithm(v))
 	case *shapesAlg == "little":
 		opts = append(opts, WithAlgorithm(newLittle(AIMDConfig{}, true)))
 	case *shapesAlg == "gradient2":
-		g, err := NewGradient2(Gradient2Config{})
+		g, err := newGradient2(Gradient2Config{})
 		require.NoError(t, err)
 		opts = append(opts, WithAlgorithm(g))
 	}

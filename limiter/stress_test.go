@@ -14,7 +14,7 @@ import (
 // ReleaseUntimed, while round trips close and probes count grants: every
 // permit comes back, and the race detector sees the lock-free paths.
 func TestStressAIMD(t *testing.T) {
-	a, err := NewAIMD(AIMDConfig{InitialLimit: 64, MinLimit: 8})
+	a, err := newAIMD(AIMDConfig{InitialLimit: 64, MinLimit: 8})
 	require.NoError(t, err)
 	l, err := New(WithAlgorithm(a))
 	require.NoError(t, err)

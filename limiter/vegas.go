@@ -9,8 +9,30 @@ import (
 	"time"
 )
 
-// VegasConfig configures a Vegas. The zero value of every field selects
-// its default.
+// VegasConfig configures Vegas, a delay-based Algorithm after TCP Vegas,
+// as implemented by Netflix concurrency-limits' VegasLimit. It estimates
+// how many calls are queued downstream from the ratio of the no-load RTT
+// to the current RTT:
+//
+//	queue = ceil(limit × (1 − rtt_noload / rtt))
+//
+// and, with l = max(1, ⌊log10(limit)⌋):
+//
+//   - on a drop: limit −= l;
+//   - else if in-flight × 2 < limit: no change (the limiter is idle);
+//   - else if queue <= l: limit += Beta·l (no queueing: grow fast);
+//   - else if queue < Alpha·l: limit += l;
+//   - else if queue > Beta·l: limit −= l;
+//   - the result is clamped to [MinLimit, MaxLimit] and blended with the
+//     old limit by Smoothing.
+//
+// rtt_noload is the smallest RTT seen, reset to the current RTT about every
+// ProbeMultiplier × limit samples (with a jitter between one half and one)
+// so that it can follow a downstream that became slower. The jitter comes
+// from a generator with a fixed seed, so Vegas is deterministic given its
+// samples.
+//
+// The zero value of every field of VegasConfig selects its default.
 type VegasConfig struct {
 	InitialLimit int     // default 20
 	MinLimit     int     // default 1
@@ -69,28 +91,8 @@ func (c VegasConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Vegas is a delay-based Algorithm after TCP Vegas, as implemented by
-// Netflix concurrency-limits' VegasLimit. It estimates how many calls are
-// queued downstream from the ratio of the no-load RTT to the current RTT:
-//
-//	queue = ceil(limit × (1 − rtt_noload / rtt))
-//
-// and, with l = max(1, ⌊log10(limit)⌋):
-//
-//   - on a drop: limit −= l;
-//   - else if in-flight × 2 < limit: no change (the limiter is idle);
-//   - else if queue <= l: limit += Beta·l (no queueing: grow fast);
-//   - else if queue < Alpha·l: limit += l;
-//   - else if queue > Beta·l: limit −= l;
-//   - the result is clamped to [MinLimit, MaxLimit] and blended with the
-//     old limit by Smoothing.
-//
-// rtt_noload is the smallest RTT seen, reset to the current RTT about every
-// ProbeMultiplier × limit samples (with a jitter between one half and one)
-// so that it can follow a downstream that became slower. The jitter comes
-// from a generator with a fixed seed, so Vegas is deterministic given its
-// samples.
-type Vegas struct {
+// vegas is the Algorithm a VegasConfig makes.
+type vegas struct {
 	cfg VegasConfig
 
 	mu         sync.Mutex
@@ -101,22 +103,30 @@ type Vegas struct {
 	rng        *rand.Rand
 }
 
-// NewVegas returns a Vegas configured by c, or an error naming every field
-// that is out of range.
-func NewVegas(c VegasConfig) (*Vegas, error) {
+// New returns a fresh Vegas configured by c, or an error naming every
+// field that is out of range.
+func (c VegasConfig) New() (Algorithm, error) {
+	v, err := newVegas(c)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func newVegas(c VegasConfig) (*vegas, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	c = c.withDefaults()
-	v := &Vegas{cfg: c, limit: float64(c.InitialLimit), rng: rand.New(rand.NewPCG(0x5eed, 0x7e6a5))}
+	v := &vegas{cfg: c, limit: float64(c.InitialLimit), rng: rand.New(rand.NewPCG(0x5eed, 0x7e6a5))}
 	v.jitter = v.nextJitter()
 	return v, nil
 }
 
-func (v *Vegas) nextJitter() float64 { return 0.5 + v.rng.Float64()/2 }
+func (v *vegas) nextJitter() float64 { return 0.5 + v.rng.Float64()/2 }
 
 // Limit implements Algorithm.
-func (v *Vegas) Limit() int {
+func (v *vegas) Limit() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return int(v.limit)
@@ -127,7 +137,7 @@ func log10Step(limit float64) float64 {
 }
 
 // Update implements Algorithm.
-func (v *Vegas) Update(s Sample) int {
+func (v *vegas) Update(s Sample) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if s.Outcome == Ignored || (s.RTT <= 0 && s.Outcome != Dropped) {
@@ -175,9 +185,9 @@ func (v *Vegas) Update(s Sample) int {
 }
 
 // setLocked moves the limit toward next, within its bounds, by Smoothing.
-func (v *Vegas) setLocked(next float64) {
+func (v *vegas) setLocked(next float64) {
 	next = min(max(next, float64(v.cfg.MinLimit)), float64(v.cfg.MaxLimit))
 	v.limit = (1-v.cfg.Smoothing)*v.limit + v.cfg.Smoothing*next
 }
 
-func (v *Vegas) String() string { return fmt.Sprintf("Vegas(limit=%d)", v.Limit()) }
+func (v *vegas) String() string { return fmt.Sprintf("Vegas(limit=%d)", v.Limit()) }

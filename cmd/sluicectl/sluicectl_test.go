@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-go/sluice/admin"
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
 )
 
@@ -55,7 +56,7 @@ func serve(t *testing.T, lis net.Listener, limit int, opts ...admin.Option) *ser
 // client's.
 func serveTLS(t *testing.T, lis net.Listener, limit int, srvCreds grpc.ServerOption, creds credentials.TransportCredentials, opts ...admin.Option) *server {
 	t.Helper()
-	limits, err := interceptor.NewServer(interceptor.WithDefault(interceptor.Limit{Algorithm: interceptor.Fixed(limit)}))
+	limits, err := interceptor.NewServer(interceptor.WithDefault(interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: limit}}))
 	require.NoError(t, err)
 	srvOpts := limits.ServerOptions()
 	if srvCreds != nil {

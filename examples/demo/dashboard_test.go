@@ -128,8 +128,8 @@ func scrapeSluice(t *testing.T) seriesIndex {
 	lim, err := interceptor.NewServer(
 		interceptor.WithMeterProvider(ms.Provider()),
 		interceptor.WithLogger(slog.New(slog.DiscardHandler)), // the dry run's lines
-		interceptor.WithMethod("/"+unary, interceptor.Limit{Algorithm: interceptor.Fixed(1), Queue: limiter.FixedQueue(1)}),
-		interceptor.WithMethod("/"+stream, interceptor.Limit{Algorithm: interceptor.Fixed(1), DryRun: true}),
+		interceptor.WithMethod("/"+unary, interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.FixedQueue(1)}),
+		interceptor.WithMethod("/"+stream, interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 1}, DryRun: true}),
 		interceptor.WithCallerRateLimit(key, interceptor.RateLimit{PerSecond: 0.001, Burst: 1}),
 	)
 	require.NoError(t, err)

@@ -191,7 +191,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	base := fleet.Config{Capacities: o.Capacities, Service: o.S, Load: o.Load, Phases: o.phases(), Seed: o.Seed}
 	if o.InitialLimit > 0 {
 		base.Options = []interceptor.Option{interceptor.WithDefault(interceptor.Limit{
-			Algorithm: interceptor.AIMD(limiter.AIMDConfig{InitialLimit: o.InitialLimit})})}
+			Algorithm: limiter.AIMDConfig{InitialLimit: o.InitialLimit}})}
 	}
 	load := [2]string{overload.LoadAverage()}
 	var names []string

@@ -32,7 +32,7 @@ func fleetConfig(sc string, d time.Duration) Config {
 	var opts []interceptor.Option
 	if *fleetInitial > 0 {
 		opts = append(opts, interceptor.WithDefault(interceptor.Limit{
-			Algorithm: interceptor.AIMD(limiter.AIMDConfig{InitialLimit: *fleetInitial})}))
+			Algorithm: limiter.AIMDConfig{InitialLimit: *fleetInitial}}))
 	}
 	return Config{
 		Options:       opts,

@@ -675,22 +675,22 @@ type isLimit_Algorithm interface {
 }
 
 type Limit_Aimd struct {
-	// Additive increase, multiplicative decrease (limiter.AIMD).
+	// Additive increase, multiplicative decrease (limiter.AIMDConfig).
 	Aimd *Aimd `protobuf:"bytes,1,opt,name=aimd,proto3,oneof"`
 }
 
 type Limit_Vegas struct {
-	// Delay-based, after TCP Vegas (limiter.Vegas).
+	// Delay-based, after TCP Vegas (limiter.VegasConfig).
 	Vegas *Vegas `protobuf:"bytes,2,opt,name=vegas,proto3,oneof"`
 }
 
 type Limit_Gradient2 struct {
-	// Delay-based, after Netflix's Gradient2 (limiter.Gradient2).
+	// Delay-based, after Netflix's Gradient2 (limiter.Gradient2Config).
 	Gradient2 *Gradient2 `protobuf:"bytes,3,opt,name=gradient2,proto3,oneof"`
 }
 
 type Limit_Fixed struct {
-	// A limit that never changes (limiter.Fixed).
+	// A limit that never changes (limiter.FixedConfig).
 	Fixed *Fixed `protobuf:"bytes,4,opt,name=fixed,proto3,oneof"`
 }
 
