@@ -74,12 +74,12 @@ const (
 type earlyServer struct {
 	key  string // the value of earlyServerEnv
 	name string // for the report
-	opts []interceptor.Option
+	opts []interceptor.ServerOption
 }
 
 var earlyServers = []earlyServer{
 	{"interceptors", "`NewServer()`", nil},
-	{"early", "`NewServer(WithEarlyRejection())`", []interceptor.Option{interceptor.WithEarlyRejection()}},
+	{"early", "`NewServer(WithEarlyRejection())`", []interceptor.ServerOption{interceptor.WithEarlyRejection()}},
 }
 
 func findEarlyServer(key string) (earlyServer, bool) {

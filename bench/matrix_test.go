@@ -260,7 +260,7 @@ func serverProtections() []matrixProtection {
 				func() int { return matrixStatic }, func() {}, nil
 		}},
 		{"sluice defaults", false, false, func(sc scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
-			var opts []interceptor.Option // nothing tuned
+			var opts []interceptor.ServerOption // nothing tuned
 			if sc.methods {
 				// One limiter for the service, as the README shows
 				// it, rather than the default limiter per method.

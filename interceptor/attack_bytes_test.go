@@ -92,7 +92,7 @@ func TestAttackOversizeStreams(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, &testpb.Service{}, envConfig{
 				noClient:   true,
-				server:     []Option{WithMethod(testService, perCall())},
+				server:     []ServerOption{WithMethod(testService, perCall())},
 				serverOpts: tt.serverOpts,
 			})
 			for range 30 {
@@ -115,7 +115,7 @@ func TestAttackOversizeStreams(t *testing.T) {
 func TestAttackOversizeUnary(t *testing.T) {
 	for _, early := range []bool{false, true} {
 		name := "interceptor"
-		opts := []Option{WithMethod(unaryMethod, perCall())}
+		opts := []ServerOption{WithMethod(unaryMethod, perCall())}
 		if early {
 			name = "tap"
 			opts = append(opts, WithEarlyRejection())
@@ -155,7 +155,7 @@ func TestStreamOwnOverloadStillBacksOff(t *testing.T) {
 	}}
 	e := newEnv(t, svc, envConfig{
 		noClient:   true,
-		server:     []Option{WithMethod(serverStreamMethod, perCall())},
+		server:     []ServerOption{WithMethod(serverStreamMethod, perCall())},
 		serverOpts: []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg)},
 	})
 	st, err := e.client.ServerStream(t.Context(), &testpb.ServerStreamRequest{})

@@ -51,7 +51,7 @@ func TestAttackDeadlineCannotLowerLimit(t *testing.T) {
 			svc := &testpb.Service{UnaryFunc: func(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
 				return &testpb.UnaryResponse{}, doWork(ctx)
 			}}
-			e := newEnv(t, svc, envConfig{noClient: true, server: []Option{WithDefault(perCall())}})
+			e := newEnv(t, svc, envConfig{noClient: true, server: []ServerOption{WithDefault(perCall())}})
 			for i := range 50 {
 				d := time.Second
 				if i%10 == 9 {
@@ -78,7 +78,7 @@ func TestAttackDeadlineStreams(t *testing.T) {
 		<-ss.Context().Done()
 		return ss.Context().Err()
 	}}
-	e := newEnv(t, svc, envConfig{noClient: true, server: []Option{WithDefault(perCall())}})
+	e := newEnv(t, svc, envConfig{noClient: true, server: []ServerOption{WithDefault(perCall())}})
 	for range 22 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		st, err := e.client.ServerStream(ctx, &testpb.ServerStreamRequest{})
@@ -102,7 +102,7 @@ func TestLateServerStillBacksOff(t *testing.T) {
 		}
 		return &testpb.UnaryResponse{}, doWork(ctx)
 	}}
-	e := newEnv(t, svc, envConfig{noClient: true, server: []Option{WithDefault(perCall())}})
+	e := newEnv(t, svc, envConfig{noClient: true, server: []ServerOption{WithDefault(perCall())}})
 	call := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()

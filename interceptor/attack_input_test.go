@@ -38,7 +38,7 @@ func TestMetadataKeyAppendedByProxy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, &testpb.Service{}, envConfig{
-				server:   []Option{WithCallerRateLimit(MetadataKey("x-tenant"), RateLimit{PerSecond: 0.001, Burst: 1})},
+				server:   []ServerOption{WithCallerRateLimit(MetadataKey("x-tenant"), RateLimit{PerSecond: 0.001, Burst: 1})},
 				noClient: true,
 			})
 			passed := 0
@@ -69,7 +69,7 @@ func TestSlowRateRetryAfter(t *testing.T) {
 	for _, rate := range []float64{1e-10, 1e-11, 1e-300} {
 		t.Run(strconv.FormatFloat(rate, 'g', -1, 64), func(t *testing.T) {
 			e := newEnv(t, &testpb.Service{}, envConfig{
-				server:   []Option{WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: rate, Burst: 1}})},
+				server:   []ServerOption{WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: rate, Burst: 1}})},
 				noClient: true,
 			})
 			_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
@@ -110,7 +110,7 @@ func TestIPv6PrefixQuota(t *testing.T) {
 			key, err := IPKey{IPv6Prefix: tt.prefix, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}.KeyFunc()
 			require.NoError(t, err)
 			e := newEnv(t, &testpb.Service{}, envConfig{
-				server:   []Option{WithCallerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1})},
+				server:   []ServerOption{WithCallerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1})},
 				noClient: true,
 			})
 			passed := 0

@@ -36,7 +36,7 @@ func workOrRefuse(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryR
 // must teach no RTT, and the limit must not move.
 func TestAttackCheapErrorsTeachRTT(t *testing.T) {
 	svc := &testpb.Service{UnaryFunc: workOrRefuse}
-	e := newEnv(t, svc, envConfig{noClient: true, server: []Option{WithDefault(perCall())}})
+	e := newEnv(t, svc, envConfig{noClient: true, server: []ServerOption{WithDefault(perCall())}})
 	call := func(payload string, d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
@@ -90,12 +90,12 @@ func TestOnlyOKTeachesRTT(t *testing.T) {
 	for _, side := range []string{"server", "client"} {
 		t.Run(side, func(t *testing.T) {
 			rec := &recorder{}
-			lim := []Option{WithMethod(unaryMethod, Limit{Algorithm: algorithmFunc(func() (limiter.Algorithm, error) { return rec, nil })})}
+			lim := []ServerOption{WithMethod(unaryMethod, Limit{Algorithm: algorithmFunc(func() (limiter.Algorithm, error) { return rec, nil })})}
 			ec := envConfig{noClient: side == "server", noServer: side == "client"}
 			if side == "server" {
 				ec.server = lim
 			} else {
-				ec.client = lim
+				ec.client = asClient(lim)
 			}
 			e := newEnv(t, &testpb.Service{UnaryFunc: workOrRefuse}, ec)
 			c := e.coreOf(e.srv)

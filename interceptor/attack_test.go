@@ -18,7 +18,7 @@ import (
 // the first time must be admitted all the same.
 func TestCallerTableFlood(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server: []Option{
+		server: []ServerOption{
 			WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
 			WithMaxCallers(64),
 		},
@@ -42,7 +42,7 @@ func TestCallerTableFlood(t *testing.T) {
 // rate with the calls its quota refuses.
 func TestCallerOverQuotaKeepsMethodRate(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server: []Option{
+		server: []ServerOption{
 			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 10}}),
 			WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
 		},
@@ -73,7 +73,7 @@ func TestCallerOverQuotaKeepsMethodRate(t *testing.T) {
 // turns away must not spend its caller's quota either.
 func TestRejectedByMethodRateKeepsCallerQuota(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server: []Option{
+		server: []ServerOption{
 			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 1}}),
 			WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
 		},

@@ -38,7 +38,7 @@ func TestWithCallerLimiter(t *testing.T) {
 	require.NoError(t, err)
 	l := &countingLimiter{Keyed: g}
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server: []Option{
+		server: []ServerOption{
 			WithCallerLimiter(MetadataKey("x-api-key"), l),
 			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 2}}),
 		},
@@ -84,26 +84,18 @@ func TestWithCallerLimiterErrors(t *testing.T) {
 	g, err := ratelimit.NewKeyed(1, 1)
 	require.NoError(t, err)
 	tests := []struct {
-		name   string
-		opts   []Option
-		client bool
-		want   string
+		name string
+		opts []ServerOption
+		want string
 	}{
-		{"nil key func", []Option{WithCallerLimiter(nil, g)}, false,
+		{"nil key func", []ServerOption{WithCallerLimiter(nil, g)},
 			`interceptor: WithCallerLimiter: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own`},
-		{"nil limiter", []Option{WithCallerLimiter(PeerIP, nil)}, false,
+		{"nil limiter", []ServerOption{WithCallerLimiter(PeerIP, nil)},
 			`interceptor: WithCallerLimiter: the CallerLimiter is nil; use WithCallerRateLimit for a quota of this process`},
-		{"on a client", []Option{WithCallerLimiter(PeerIP, g)}, true,
-			`interceptor: WithCallerRateLimit is a server option: a client has one caller`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var err error
-			if tt.client {
-				_, err = NewClient(tt.opts...)
-			} else {
-				_, err = NewServer(tt.opts...)
-			}
+			_, err := NewServer(tt.opts...)
 			assert.EqualError(t, err, tt.want)
 		})
 	}

@@ -123,19 +123,19 @@ func TestChaosConnectionClosedAbruptly(t *testing.T) {
 func TestChaosDeadlineStorm(t *testing.T) {
 	tests := []struct {
 		name   string
-		server []Option
+		server []ServerOption
 	}{
-		{"queued", []Option{WithMethod(unaryMethod, Limit{Queue: limiter.FixedQueue(64)})}},
+		{"queued", []ServerOption{WithMethod(unaryMethod, Limit{Queue: limiter.FixedQueue(64)})}},
 		// The tap takes the permits; most calls expire after it, some
 		// before their handler.
-		{"early rejection", []Option{WithMethod(unaryMethod, fixed(8)), WithEarlyRejection()}},
+		{"early rejection", []ServerOption{WithMethod(unaryMethod, fixed(8)), WithEarlyRejection()}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { deadlineStorm(t, tt.server) })
 	}
 }
 
-func deadlineStorm(t *testing.T, server []Option) {
+func deadlineStorm(t *testing.T, server []ServerOption) {
 	n := 2000
 	if raceEnabled {
 		n = 600
@@ -151,7 +151,7 @@ func deadlineStorm(t *testing.T, server []Option) {
 	}}
 	e := newEnv(t, svc, envConfig{
 		server: server,
-		client: []Option{WithDefault(Limit{Queue: limiter.FixedQueue(64)})},
+		client: []ClientOption{WithDefault(Limit{Queue: limiter.FixedQueue(64)})},
 	})
 	// Thousands of events would overflow the harness's channels: count
 	// none, but hear of every release, to wait for the last ones below.

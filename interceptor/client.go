@@ -49,8 +49,8 @@ type Client struct {
 }
 
 // NewClient returns a Client configured by opts.
-func NewClient(opts ...Option) (*Client, error) {
-	c, err := newCore("client", opts)
+func NewClient(opts ...ClientOption) (*Client, error) {
+	c, err := newCore("client", applies(opts, ClientOption.applyClient))
 	if err != nil {
 		return nil, err
 	}
@@ -65,12 +65,18 @@ func afterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
 //	opts, err := interceptor.DialOptions()
 //	...
 //	conn, err := grpc.NewClient(target, append(opts, creds)...)
-func DialOptions(opts ...Option) ([]grpc.DialOption, error) {
+func DialOptions(opts ...ClientOption) ([]grpc.DialOption, error) {
 	c, err := NewClient(opts...)
 	if err != nil {
 		return nil, err
 	}
 	return c.DialOptions(), nil
+}
+
+// Reload applies new options to c without a restart and without dropping
+// a call, layered over the options c was built with, as Server.Reload does.
+func (c *Client) Reload(opts ...ClientOption) error {
+	return c.reload(applies(opts, ClientOption.applyClient))
 }
 
 // DialOptions returns grpc.WithChainUnaryInterceptor and

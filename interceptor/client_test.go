@@ -25,7 +25,7 @@ func TestClientRejectsLocally(t *testing.T) {
 	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
-	e := newEnv(t, svc, envConfig{noServer: true, client: []Option{WithMethod(unaryMethod, fixed(1))}})
+	e := newEnv(t, svc, envConfig{noServer: true, client: []ClientOption{WithMethod(unaryMethod, fixed(1))}})
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -72,15 +72,15 @@ func (m *manualTimer) fire() {
 func TestClientHonoursPushback(t *testing.T) {
 	tests := []struct {
 		name     string
-		maxHold  []Option
+		maxHold  []ClientOption
 		pushback time.Duration
 		held     []time.Duration // pushbacks honoured; none: released at once
 	}{
 		{"held for the server's pushback", nil, 250 * time.Millisecond, []time.Duration{250 * time.Millisecond}},
-		{"held no longer than WithMaxPushback", []Option{WithMaxPushback(100 * time.Millisecond)}, time.Hour, []time.Duration{100 * time.Millisecond}},
-		{"not held when honouring is off", []Option{WithMaxPushback(0)}, 250 * time.Millisecond, nil},
+		{"held no longer than WithMaxPushback", []ClientOption{WithMaxPushback(100 * time.Millisecond)}, time.Hour, []time.Duration{100 * time.Millisecond}},
+		{"not held when honouring is off", []ClientOption{WithMaxPushback(0)}, 250 * time.Millisecond, nil},
 		{"not held without a pushback trailer", nil, NoPushback, nil},
-		{"held for WithMaxPushback when told not to retry", []Option{WithMaxPushback(100 * time.Millisecond)}, DoNotRetry, []time.Duration{100 * time.Millisecond}},
+		{"held for WithMaxPushback when told not to retry", []ClientOption{WithMaxPushback(100 * time.Millisecond)}, DoNotRetry, []time.Duration{100 * time.Millisecond}},
 		{"not held for a zero pushback", nil, 0, nil},
 	}
 	for _, tt := range tests {
@@ -91,8 +91,8 @@ func TestClientHonoursPushback(t *testing.T) {
 			}}
 			pushback := func(LimiterState) time.Duration { return tt.pushback }
 			e := newEnv(t, svc, envConfig{
-				server: []Option{WithMethod(unaryMethod, fixed(1)), WithPushback(pushback)},
-				client: append([]Option{WithDefault(perCall())}, tt.maxHold...),
+				server: []ServerOption{WithMethod(unaryMethod, fixed(1)), WithPushback(pushback)},
+				client: append([]ClientOption{WithDefault(perCall())}, tt.maxHold...),
 			})
 			timer := &manualTimer{}
 			e.cli.afterFunc = timer.afterFunc
@@ -215,7 +215,7 @@ func TestClientStreamReleasesOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, svc, envConfig{noServer: true, client: []Option{WithDefault(perCall())}})
+			e := newEnv(t, svc, envConfig{noServer: true, client: []ClientOption{WithDefault(perCall())}})
 			tt.run(t, e.client)
 			e.awaitRelease(t, "client")
 			lowest := limiter.MaxLimit
@@ -269,7 +269,7 @@ func TestClientStreamConcurrentEndings(t *testing.T) {
 			return s.Send(&testpb.BidiResponse{})
 		},
 	}
-	e := newEnv(t, svc, envConfig{noServer: true, client: []Option{WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 1000}})}})
+	e := newEnv(t, svc, envConfig{noServer: true, client: []ClientOption{WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 1000}})}})
 	const n = 200
 	var wg sync.WaitGroup
 	for i := range n {

@@ -52,7 +52,7 @@ import (
 // file is refused without being read whole, and a FIFO, a device or a
 // directory without being opened, so that a wrong path can neither
 // exhaust memory nor block the caller.
-func LoadConfig(path string) ([]Option, error) {
+func LoadConfig(path string) ([]ServerOption, error) {
 	data, err := readConfigFile(path)
 	if err != nil {
 		return nil, err
@@ -124,11 +124,11 @@ func checkConfigMode(path string, m fs.FileMode) error {
 // ParseConfig is LoadConfig for a configuration already in memory, the
 // protobuf JSON form of sluicev1.Config (see
 // testdata/config/example.json).
-func ParseConfig(data []byte) ([]Option, error) {
+func ParseConfig(data []byte) ([]ServerOption, error) {
 	return cfgParse(data, "")
 }
 
-func cfgParse(data []byte, file string) ([]Option, error) {
+func cfgParse(data []byte, file string) ([]ServerOption, error) {
 	var pb sluicev1.Config
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(data, &pb); err != nil {
 		where := "config"
@@ -193,9 +193,9 @@ func (e *cutError) Unwrap() error { return e.err }
 // the limiter's default. See testdata/config/example.json for a file that
 // sets every field, and docs/design.md for the reasoning behind the
 // ranges and the layering of a file over options.
-func ConfigOptions(c *sluicev1.Config) ([]Option, error) {
+func ConfigOptions(c *sluicev1.Config) ([]ServerOption, error) {
 	var ps cfgProblems
-	var opts []Option
+	var opts []ServerOption
 	if c.GetDefault() != nil {
 		opts = append(opts, WithDefault(cfgLimit(&ps, "default", c.GetDefault())))
 	}

@@ -31,7 +31,7 @@ const exampleConfig = "../testdata/config/example.json"
 
 // limitsOf builds a Server from opts, routes every method, and returns the
 // limit of each limiter by name.
-func limitsOf(t *testing.T, opts []Option, methods ...string) map[string]int {
+func limitsOf(t *testing.T, opts []ServerOption, methods ...string) map[string]int {
 	t.Helper()
 	s, err := NewServer(opts...)
 	require.NoError(t, err)
@@ -50,7 +50,7 @@ func TestLoadConfigExample(t *testing.T) {
 	opts, err := LoadConfig(exampleConfig)
 	require.NoError(t, err)
 
-	c := newConfig(opts)
+	c := serverConfig(opts)
 	require.NoError(t, errors.Join(c.errs...))
 	assert.Equal(t, Limit{
 		Algorithm: limiter.AIMDConfig{BackoffRatio: 0.8},
@@ -116,7 +116,7 @@ func TestConfigRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	fromJSON, err := ParseConfig(js)
 	require.NoError(t, err)
-	want, got := newConfig(fromJSON), newConfig(mustOptions(t, &pb))
+	want, got := serverConfig(fromJSON), serverConfig(mustOptions(t, &pb))
 	assert.Equal(t, want.def, got.def)
 	assert.Equal(t, want.methods, got.methods)
 	assert.Equal(t, want.callerRate, got.callerRate)
@@ -130,7 +130,7 @@ func TestConfigOptionsNil(t *testing.T) {
 	assert.Empty(t, opts)
 }
 
-func mustOptions(t *testing.T, c *sluicev1.Config) []Option {
+func mustOptions(t *testing.T, c *sluicev1.Config) []ServerOption {
 	t.Helper()
 	opts, err := ConfigOptions(c)
 	require.NoError(t, err)

@@ -22,7 +22,7 @@ type core struct {
 	early bool // WithEarlyRejection: a Server's tap takes the permits
 	// base are the options the core was built with, which Reload layers
 	// its options over.
-	base     []Option
+	base     []func(*config)
 	tab      atomic.Pointer[table] // replaced whole by Reload
 	metrics  *metrics
 	reloadMu sync.Mutex
@@ -41,9 +41,9 @@ type core struct {
 	served atomic.Pointer[[]string]
 }
 
-func newCore(side string, opts []Option) (*core, error) {
+func newCore(side string, opts []func(*config)) (*core, error) {
 	cfg := newConfig(opts)
-	t, err := buildTable(side, &cfg)
+	t, err := buildTable(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -58,16 +58,7 @@ func newCore(side string, opts []Option) (*core, error) {
 }
 
 // buildTable validates cfg and builds the table of a side.
-func buildTable(side string, cfg *config) (*table, error) {
-	if side == "client" && cfg.callerKey != nil {
-		return nil, errors.New("interceptor: WithCallerRateLimit is a server option: a client has one caller")
-	}
-	if side == "client" && cfg.early {
-		return nil, errors.New("interceptor: WithEarlyRejection is a server option: a client sends its requests, it does not decode them")
-	}
-	if side == "client" && cfg.loadReports {
-		return nil, errors.New("interceptor: WithLoadReports is a server option: clients receive load reports, they do not send them")
-	}
+func buildTable(cfg *config) (*table, error) {
 	t, err := newTable(cfg)
 	if err != nil {
 		return nil, err
@@ -78,27 +69,10 @@ func buildTable(side string, cfg *config) (*table, error) {
 	return t, nil
 }
 
-// Reload applies new options without a restart and without dropping a
-// call. They are layered over the options the Server or Client was built
-// with, not put in their place: what opts set wins (a WithMethod entry
-// replaces the built-with entry of the same name, WithDefault the
-// default, WithCallerRateLimit the quota), and what opts do not mention
-// stays as built. A config file that knows nothing of a per-caller quota
-// set in code thus cannot drop it. To remove a built-with setting,
-// override it (WithExempt, a WithMethod with the Limit wanted). Each
-// Reload starts again from the built-with options: options of an earlier
-// Reload do not carry over. Built-with options that came from a config
-// file (LoadConfig, ParseConfig, ConfigOptions) are left out of that base:
-// the new file's options replace them whole. Everything is validated first: on an error
-// nothing changes. Limiters whose Limit is unchanged (same method
-// or service name, equal Limit; see Limit.Algorithm) keep their live limit
-// and state; the others are rebuilt, and calls admitted before the reload
-// return their permits to the limiter that gave them. A caller rate limit
-// with the same RateLimit keeps its callers' state. WithMeterProvider
-// cannot change: it is ignored here.
-func (c *core) Reload(opts ...Option) error {
+// reload layers opts over the options c was built with: see Server.Reload.
+func (c *core) reload(opts []func(*config)) error {
 	cfg := newConfig(c.base, opts)
-	nt, err := buildTable(c.side, &cfg)
+	nt, err := buildTable(&cfg)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func TestCounts(t *testing.T) {
 	tests := []struct {
 		name   string
 		side   string // where the limiter is: "server" or "client"
-		opts   []Option
+		opts   []ServerOption
 		block  bool // hold one call in the handler while the others come
 		dry    bool // the calls over the limit go through
 		admits uint64
@@ -33,14 +33,14 @@ func TestCounts(t *testing.T) {
 		rejects uint64
 	}{
 		// The first call, then the held one; the 3 others find no permit.
-		{name: "limit", side: "server", opts: []Option{WithMethod(testService, fixed(1))}, block: true, admits: 2, rejects: 3},
-		{name: "early rejection", side: "server", opts: []Option{WithMethod(testService, fixed(1)), WithEarlyRejection()}, block: true, admits: 2, rejects: 3},
-		{name: "client", side: "client", opts: []Option{WithMethod(testService, fixed(1))}, block: true, admits: 2, rejects: 3},
+		{name: "limit", side: "server", opts: []ServerOption{WithMethod(testService, fixed(1))}, block: true, admits: 2, rejects: 3},
+		{name: "early rejection", side: "server", opts: []ServerOption{WithMethod(testService, fixed(1)), WithEarlyRejection()}, block: true, admits: 2, rejects: 3},
+		{name: "client", side: "client", opts: []ServerOption{WithMethod(testService, fixed(1))}, block: true, admits: 2, rejects: 3},
 		// The first call spends the burst.
-		{name: "rate", side: "server", opts: []Option{WithMethod(testService, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 1}})}, admits: 1, rejects: 3},
+		{name: "rate", side: "server", opts: []ServerOption{WithMethod(testService, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 1}})}, admits: 1, rejects: 3},
 		// A dry run counts what it admits with a permit, and not the
 		// calls it lets through without one.
-		{name: "dry run", side: "server", opts: []Option{WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, DryRun: true})}, block: true, dry: true, admits: 2},
+		{name: "dry run", side: "server", opts: []ServerOption{WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, DryRun: true})}, block: true, dry: true, admits: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,10 +54,10 @@ func TestCounts(t *testing.T) {
 				}
 				return &testpb.UnaryResponse{}, nil
 			}}
-			opts := append([]Option{WithMeterProvider(provider)}, tt.opts...)
+			opts := append([]ServerOption{WithMeterProvider(provider)}, tt.opts...)
 			ec := envConfig{server: opts, noClient: true}
 			if tt.side == "client" {
-				ec = envConfig{client: opts, noServer: true}
+				ec = envConfig{client: asClient(opts), noServer: true}
 			}
 			e := newEnv(t, svc, ec)
 			var c *core

@@ -43,14 +43,14 @@ func (s *syncBuffer) String() string {
 func TestDryRun(t *testing.T) {
 	tests := []struct {
 		name  string
-		opts  []Option
+		opts  []ServerOption
 		setup func(t *testing.T, s *Server)
 		dry   bool
 	}{
-		{"enforced", []Option{WithMethod(testService, fixed(1))}, nil, false},
-		{"Limit.DryRun", []Option{WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, DryRun: true})}, nil, true},
-		{"WithDryRun", []Option{WithMethod(testService, fixed(1)), WithDryRun()}, nil, true},
-		{"SetDryRun", []Option{WithMethod(testService, fixed(1))}, func(t *testing.T, s *Server) {
+		{"enforced", []ServerOption{WithMethod(testService, fixed(1))}, nil, false},
+		{"Limit.DryRun", []ServerOption{WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, DryRun: true})}, nil, true},
+		{"WithDryRun", []ServerOption{WithMethod(testService, fixed(1)), WithDryRun()}, nil, true},
+		{"SetDryRun", []ServerOption{WithMethod(testService, fixed(1))}, func(t *testing.T, s *Server) {
 			require.NoError(t, s.SetDryRun("sluice.test.v1.TestService/", true))
 		}, true},
 	}
@@ -70,7 +70,7 @@ func TestDryRun(t *testing.T) {
 				return &testpb.UnaryResponse{}, nil
 			}}
 			e := newEnv(t, svc, envConfig{noClient: true,
-				server: append([]Option{WithMeterProvider(provider), WithLogger(logger)}, tt.opts...)})
+				server: append([]ServerOption{WithMeterProvider(provider), WithLogger(logger)}, tt.opts...)})
 			// The limiter exists once a call has been made.
 			_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
 			require.NoError(t, err)

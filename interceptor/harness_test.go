@@ -57,13 +57,14 @@ type env struct {
 }
 
 type envConfig struct {
-	server, client []Option
-	noServer       bool // no sluice on the server
-	noClient       bool // no sluice on the client
-	outer          []grpc.UnaryServerInterceptor
-	outerStream    []grpc.StreamServerInterceptor
-	register       func(*grpc.Server)
-	serverOpts     []grpc.ServerOption // more options for grpc.NewServer
+	server      []ServerOption
+	client      []ClientOption
+	noServer    bool // no sluice on the server
+	noClient    bool // no sluice on the client
+	outer       []grpc.UnaryServerInterceptor
+	outerStream []grpc.StreamServerInterceptor
+	register    func(*grpc.Server)
+	serverOpts  []grpc.ServerOption // more options for grpc.NewServer
 }
 
 // newEnv starts the service and registers cleanups that stop it and check
@@ -221,3 +222,38 @@ func (b *block) awaitEntered(t *testing.T, n int) {
 type algorithmFunc func() (limiter.Algorithm, error)
 
 func (f algorithmFunc) New() (limiter.Algorithm, error) { return f() }
+
+// asClient gives options of both sides, built as a server's, to a client.
+func asClient(opts []ServerOption) []ClientOption {
+	out := make([]ClientOption, len(opts))
+	for i, o := range opts {
+		out[i] = o.(ClientOption)
+	}
+	return out
+}
+
+// serverConfig is the config layers of a server's options make.
+func serverConfig(layers ...[]ServerOption) config {
+	fs := make([][]func(*config), len(layers))
+	for i, l := range layers {
+		fs[i] = applies(l, ServerOption.applyServer)
+	}
+	return newConfig(fs...)
+}
+
+// serverOpts and clientOpts give options of both sides to one side.
+func serverOpts(opts []Option) []ServerOption {
+	out := make([]ServerOption, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
+}
+
+func clientOpts(opts []Option) []ClientOption {
+	out := make([]ClientOption, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
+}

@@ -46,7 +46,7 @@ func TestMetrics(t *testing.T) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
 	e := newEnv(t, svc, envConfig{
-		server:   []Option{WithMeterProvider(provider), WithMethod(testService, fixed(1))},
+		server:   []ServerOption{WithMeterProvider(provider), WithMethod(testService, fixed(1))},
 		noClient: true,
 	})
 
@@ -225,12 +225,12 @@ func TestMetricsOverrideRemaining(t *testing.T) {
 
 // newMeteredServer returns a Server built with opts that reports to a
 // manual reader; both are shut down when the test ends.
-func newMeteredServer(t *testing.T, opts ...Option) (*Server, *sdkmetric.ManualReader) {
+func newMeteredServer(t *testing.T, opts ...ServerOption) (*Server, *sdkmetric.ManualReader) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { require.NoError(t, provider.Shutdown(context.Background())) })
-	s, err := NewServer(append([]Option{WithMeterProvider(provider)}, opts...)...)
+	s, err := NewServer(append([]ServerOption{WithMeterProvider(provider)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })
 	return s, reader

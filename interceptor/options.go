@@ -11,8 +11,38 @@ import (
 	"github.com/sluice-go/sluice/limiter"
 )
 
-// An Option configures a Server or a Client.
+// A ServerOption configures a Server.
+type ServerOption interface{ applyServer(*config) }
+
+// A ClientOption configures a Client.
+type ClientOption interface{ applyClient(*config) }
+
+// An Option configures a Server or a Client: it is a ServerOption and a
+// ClientOption. The options of one side only are of that side's type, so
+// that the compiler rejects them on the other.
 type Option func(*config)
+
+func (o Option) applyServer(c *config) { o(c) }
+func (o Option) applyClient(c *config) { o(c) }
+
+type (
+	serverOption func(*config)
+	clientOption func(*config)
+)
+
+func (o serverOption) applyServer(c *config) { o(c) }
+func (o clientOption) applyClient(c *config) { o(c) }
+
+// applies returns what newConfig applies of opts, one side's options.
+func applies[O any](opts []O, apply func(O, *config)) []func(*config) {
+	fs := make([]func(*config), 0, len(opts))
+	for _, o := range opts {
+		if any(o) != nil {
+			fs = append(fs, func(c *config) { apply(o, c) })
+		}
+	}
+	return fs
+}
 
 // A Limit describes the limiter of one method, one service, or the default.
 // The zero Limit is the protective default: an adaptive AIMD limiter
@@ -123,7 +153,7 @@ type namedLimit struct {
 // a Reload builds on, and its options that came from a config file are
 // skipped: the file being reloaded replaces them whole, so that an entry
 // removed from the file is gone, not kept from the file's first version.
-func newConfig(layers ...[]Option) config {
+func newConfig(layers ...[]func(*config)) config {
 	c := config{
 		classifier: DefaultClassifier,
 		pushback:   DefaultPushback,
@@ -134,10 +164,8 @@ func newConfig(layers ...[]Option) config {
 	for i, opts := range layers {
 		c.layer = i
 		c.skipFile = i == 0 && len(layers) > 1
-		for _, opt := range opts {
-			if opt != nil {
-				opt(&c)
-			}
+		for _, apply := range opts {
+			apply(&c)
 		}
 	}
 	return c
@@ -192,27 +220,27 @@ func WithClassifier(f Classifier) Option {
 
 // WithPushback replaces DefaultPushback, which computes the
 // grpc-retry-pushback-ms trailer of a server's rejections.
-func WithPushback(f PushbackFunc) Option {
-	return func(c *config) {
+func WithPushback(f PushbackFunc) ServerOption {
+	return serverOption(func(c *config) {
 		if f == nil {
 			c.errs = append(c.errs, fmt.Errorf("interceptor: WithPushback(nil): a PushbackFunc is required; omit the option for DefaultPushback"))
 			return
 		}
 		c.pushback = f
-	}
+	})
 }
 
 // WithMaxPushback bounds how long a Client honours a server's pushback (see
 // Client). Longer pushbacks are cut to d, and a "do not retry" pushback
 // holds for d; 0 turns honouring off. The default is 2s.
-func WithMaxPushback(d time.Duration) Option {
-	return func(c *config) {
+func WithMaxPushback(d time.Duration) ClientOption {
+	return clientOption(func(c *config) {
 		if d < 0 {
 			c.errs = append(c.errs, fmt.Errorf("interceptor: WithMaxPushback(%v): must be >= 0 (0 turns pushback off)", d))
 			return
 		}
 		c.maxHold = d
-	}
+	})
 }
 
 // WithMeterProvider sets where metrics go. The default is the global
@@ -229,12 +257,12 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 }
 
 // fileOption marks o as an option from a config file: see newConfig.
-func fileOption(o Option) Option {
-	return func(c *config) {
+func fileOption(o ServerOption) ServerOption {
+	return serverOption(func(c *config) {
 		if !c.skipFile {
-			o(c)
+			o.applyServer(c)
 		}
-	}
+	})
 }
 
 // WithDryRun puts every limit in a dry run (see Limit.DryRun): sluice

@@ -56,9 +56,9 @@ import (
 // option the interceptors do none of this work. Reload cannot turn it on
 // or off.
 //
-// It is a server option: NewClient rejects it.
-func WithLoadReports() Option {
-	return func(c *config) { c.loadReports = true }
+// Clients receive load reports; they do not send them.
+func WithLoadReports() ServerOption {
+	return serverOption(func(c *config) { c.loadReports = true })
 }
 
 // loadWindow is the span over which load reports average: a report covers

@@ -24,7 +24,7 @@ import (
 // quota (WithCallerRateLimit). Its rejections say nothing about the
 // server's capacity, so an honest caller's report must show no errors.
 func TestAttackLoadReportsCallerQuota(t *testing.T) {
-	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true, server: []Option{
+	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true, server: []ServerOption{
 		WithLoadReports(),
 		WithCallerRateLimit(MetadataKey("caller"), RateLimit{PerSecond: 1, Burst: 1}),
 	}})
@@ -52,7 +52,7 @@ func TestAttackLoadReportsShortDeadlines(t *testing.T) {
 	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
 		return &testpb.UnaryResponse{}, doWork(ctx)
 	}}
-	e := newEnv(t, svc, envConfig{noClient: true, server: []Option{WithLoadReports()}})
+	e := newEnv(t, svc, envConfig{noClient: true, server: []ServerOption{WithLoadReports()}})
 	call := func(d time.Duration, tr *metadata.MD) error {
 		ctx, cancel := context.WithTimeout(t.Context(), d)
 		defer cancel()
@@ -79,11 +79,11 @@ func TestAttackLoadReportsShortDeadlines(t *testing.T) {
 func TestAttackUnknownMethodsLoadReports(t *testing.T) {
 	tests := []struct {
 		name string
-		opts []Option
+		opts []ServerOption
 	}{
-		{"load reports", []Option{WithLoadReports()}},
-		{"and early rejection", []Option{WithLoadReports(), WithEarlyRejection()}},
-		{"and a dry run", []Option{WithLoadReports(), WithDryRun()}},
+		{"load reports", []ServerOption{WithLoadReports()}},
+		{"and early rejection", []ServerOption{WithLoadReports(), WithEarlyRejection()}},
+		{"and a dry run", []ServerOption{WithLoadReports(), WithDryRun()}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,7 +115,7 @@ func TestAttackUnknownMethodsLoadReports(t *testing.T) {
 func TestAttackLoadReportsOversizeStreams(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
 		noClient:   true,
-		server:     []Option{WithLoadReports()},
+		server:     []ServerOption{WithLoadReports()},
 		serverOpts: []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg)},
 	})
 	for range 10 {

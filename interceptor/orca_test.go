@@ -119,7 +119,7 @@ func TestLoadReports(t *testing.T) {
 			return b.wait(s.Context())
 		},
 	}
-	e := newEnv(t, svc, envConfig{server: []Option{WithLoadReports(), WithDefault(fixed(1))}, noClient: true})
+	e := newEnv(t, svc, envConfig{server: []ServerOption{WithLoadReports(), WithDefault(fixed(1))}, noClient: true})
 	ctx := t.Context()
 
 	tests := []struct {
@@ -173,7 +173,7 @@ func TestLoadReports(t *testing.T) {
 }
 
 func TestLoadReportsOff(t *testing.T) {
-	e := newEnv(t, &testpb.Service{}, envConfig{server: []Option{WithDefault(fixed(1))}, noClient: true})
+	e := newEnv(t, &testpb.Service{}, envConfig{server: []ServerOption{WithDefault(fixed(1))}, noClient: true})
 	var tr metadata.MD
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{}, grpc.Trailer(&tr))
 	require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestLoadReportsHandlerOverrides(t *testing.T) {
 		orca.CallMetricsRecorderFromContext(ctx).SetApplicationUtilization(0.25)
 		return &testpb.UnaryResponse{}, nil
 	}}
-	e := newEnv(t, svc, envConfig{server: []Option{WithLoadReports()}, noClient: true})
+	e := newEnv(t, svc, envConfig{server: []ServerOption{WithLoadReports()}, noClient: true})
 	var tr metadata.MD
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{}, grpc.Trailer(&tr))
 	require.NoError(t, err)
@@ -195,11 +195,6 @@ func TestLoadReportsHandlerOverrides(t *testing.T) {
 	require.NotNil(t, r)
 	assert.InDelta(t, 0.25, r.GetApplicationUtilization(), 1e-9)
 	assert.Positive(t, r.GetRpsFractional(), "sluice's other figures stay")
-}
-
-func TestLoadReportsIsAServerOption(t *testing.T) {
-	_, err := NewClient(WithLoadReports())
-	require.ErrorContains(t, err, "WithLoadReports is a server option")
 }
 
 func TestRegisterLoadReports(t *testing.T) {
@@ -265,7 +260,7 @@ func TestLoadReportsCountFailures(t *testing.T) {
 				}
 				return &testpb.UnaryResponse{}, nil
 			}}
-			e := newEnv(t, svc, envConfig{server: []Option{WithLoadReports()}, noClient: true})
+			e := newEnv(t, svc, envConfig{server: []ServerOption{WithLoadReports()}, noClient: true})
 			_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
 			require.Equal(t, status.Code(tt.err), status.Code(err))
 			fail.Store(false)

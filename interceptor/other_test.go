@@ -52,8 +52,8 @@ func drainUnknown(_ any, ss grpc.ServerStream) error {
 func TestUnknownMethodsAreOther(t *testing.T) {
 	sreader, creader := sdkmetric.NewManualReader(), sdkmetric.NewManualReader()
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server:     []Option{WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sreader)))},
-		client:     []Option{WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(creader)))},
+		server:     []ServerOption{WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sreader)))},
+		client:     []ClientOption{WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(creader)))},
 		serverOpts: []grpc.ServerOption{grpc.UnknownServiceHandler(drainUnknown)},
 	})
 	for i := range 20 {

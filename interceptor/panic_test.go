@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/internal/testpb"
@@ -25,7 +24,7 @@ func panickyPushback(LimiterState) time.Duration { panic("pushback bug") }
 // limit of 2, two leaked permits would reject every later call.
 func TestServerPanickingClassifierReleasesPermit(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server:      []Option{WithDefault(fixed(2)), WithClassifier(panickyClassifier)},
+		server:      []ServerOption{WithDefault(fixed(2)), WithClassifier(panickyClassifier)},
 		noClient:    true,
 		outer:       []grpc.UnaryServerInterceptor{recovery},
 		outerStream: []grpc.StreamServerInterceptor{recoveryStream},
@@ -60,7 +59,7 @@ func TestServerPanickingPushbackReleasesPermit(t *testing.T) {
 		},
 	}
 	e := newEnv(t, svc, envConfig{
-		server:      []Option{WithDefault(fixed(1)), WithPushback(panickyPushback)},
+		server:      []ServerOption{WithDefault(fixed(1)), WithPushback(panickyPushback)},
 		noClient:    true,
 		outer:       []grpc.UnaryServerInterceptor{recovery},
 		outerStream: []grpc.StreamServerInterceptor{recoveryStream},
@@ -101,7 +100,7 @@ func TestServerPanickingPushbackReleasesPermit(t *testing.T) {
 func TestServerPanickingKeyFuncTakesNoPermit(t *testing.T) {
 	key := func(context.Context, string) string { panic("key bug") }
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server:   []Option{WithDefault(fixed(1)), WithCallerRateLimit(key, RateLimit{PerSecond: 1000})},
+		server:   []ServerOption{WithDefault(fixed(1)), WithCallerRateLimit(key, RateLimit{PerSecond: 1000})},
 		noClient: true,
 		outer:    []grpc.UnaryServerInterceptor{recovery},
 	})
@@ -145,31 +144,4 @@ func TestClientPanickingClassifierReleasesPermit(t *testing.T) {
 	for _, m := range []string{unaryMethod, serverStreamMethod} {
 		assert.Zero(t, gateOf(c.core, m).lim.Inflight(), "%s: permits held after panics", m)
 	}
-}
-
-// A client computes no pushback: its own rejections carry no trailer, so a
-// PushbackFunc given to a Client (shared options) is never called.
-func TestClientIgnoresPushbackFunc(t *testing.T) {
-	c, err := NewClient(WithDefault(fixed(1)), WithPushback(panickyPushback))
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, c.Close()) }()
-	ctx := t.Context()
-	r := c.tab.Load().lookup(unaryMethod)
-	tok, rej := c.admit(ctx, r)
-	require.Nil(t, rej)
-	assert.NotPanics(t, func() {
-		err := c.unary(ctx, unaryMethod, nil, nil, nil, okInvoker, grpc.StaticMethod())
-		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-	})
-	rs := c.tab.Load().lookup(serverStreamMethod)
-	stok, rej := c.admit(ctx, rs)
-	require.Nil(t, rej)
-	assert.NotPanics(t, func() {
-		_, err := c.stream(ctx, &grpc.StreamDesc{ServerStreams: true}, nil, serverStreamMethod, finishingStreamer, grpc.StaticMethod())
-		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-	})
-	c.release(ctx, r, &tok, limiter.Ignored, false)
-	c.release(ctx, rs, &stok, limiter.Ignored, false)
-	assert.Zero(t, r.gate.lim.Inflight())
-	assert.Zero(t, rs.gate.lim.Inflight())
 }

@@ -109,8 +109,8 @@ func WithPriorityHeader(key string) Option {
 // networks: IP addresses ("192.0.2.7") or CIDR networks ("10.0.0.0/8",
 // "fd00::/8"), typically the proxies that set the header. Any other
 // caller's header is ignored. It replaces WithPriorityTrust.
-func WithTrustedPeers(networks ...string) Option {
-	return func(c *config) {
+func WithTrustedPeers(networks ...string) ServerOption {
+	return serverOption(func(c *config) {
 		var nets []netip.Prefix
 		for _, n := range networks {
 			p, err := parseNetwork(n)
@@ -132,7 +132,7 @@ func WithTrustedPeers(networks ...string) Option {
 			}
 			return false
 		}
-	}
+	})
 }
 
 // WithPriorityTrust makes a server believe the priority header (see
@@ -140,14 +140,14 @@ func WithTrustedPeers(networks ...string) Option {
 // trust that an address cannot express: an authenticated peer identity,
 // a mTLS certificate. trusted runs once per call with a header and must be
 // fast and safe for concurrent use. It replaces WithTrustedPeers.
-func WithPriorityTrust(trusted func(ctx context.Context) bool) Option {
-	return func(c *config) {
+func WithPriorityTrust(trusted func(ctx context.Context) bool) ServerOption {
+	return serverOption(func(c *config) {
 		if trusted == nil {
 			c.errs = append(c.errs, errors.New("interceptor: WithPriorityTrust(nil): a func is required; omit the option to trust no caller"))
 			return
 		}
 		c.trust = trusted
-	}
+	})
 }
 
 // WithMaxClaimedPriority caps the priority a header may claim (see

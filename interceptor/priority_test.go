@@ -48,26 +48,26 @@ func TestPriorityHeaderTrust(t *testing.T) {
 	edge := WithTrustedPeers("10.0.0.0/8", "2001:db8::1")
 	tests := []struct {
 		name string
-		opts []Option
+		opts []ServerOption
 		ctx  context.Context
 		want Priority
 	}{
 		{"untrusted by default", nil, fromPeer("203.0.113.9:5000", "critical"), PrioritySheddable},
-		{"no peer, no trust", []Option{edge}, fromPeer("", "critical"), PrioritySheddable},
-		{"peer outside the trusted networks", []Option{edge}, fromPeer("203.0.113.9:5000", "critical"), PrioritySheddable},
-		{"trusted network", []Option{edge}, fromPeer("10.1.2.3:5000", "critical"), PriorityCritical},
-		{"trusted single address", []Option{edge}, fromPeer("[2001:db8::1]:443", "default"), PriorityDefault},
-		{"IPv4 mapped in IPv6", []Option{edge}, fromPeer("[::ffff:10.1.2.3]:5000", "critical"), PriorityCritical},
-		{"the edge's appended value wins", []Option{edge}, fromPeer("10.1.2.3:5000", "critical", "sheddable"), PrioritySheddable},
-		{"last of a joined value wins", []Option{edge}, fromPeer("10.1.2.3:5000", "critical, default"), PriorityDefault},
-		{"unknown last value: no claim", []Option{edge}, fromPeer("10.1.2.3:5000", "critical", "urgent!"), PrioritySheddable},
-		{"claims above the cap are lowered", []Option{edge, WithMaxClaimedPriority(PriorityDefault)}, fromPeer("10.1.2.3:5000", "critical"), PriorityDefault},
-		{"claims below the cap stand", []Option{edge, WithMaxClaimedPriority(PriorityDefault)}, fromPeer("10.1.2.3:5000", "sheddable"), PrioritySheddable},
-		{"trust func", []Option{WithPriorityTrust(trustAll)}, fromPeer("", "critical"), PriorityCritical},
+		{"no peer, no trust", []ServerOption{edge}, fromPeer("", "critical"), PrioritySheddable},
+		{"peer outside the trusted networks", []ServerOption{edge}, fromPeer("203.0.113.9:5000", "critical"), PrioritySheddable},
+		{"trusted network", []ServerOption{edge}, fromPeer("10.1.2.3:5000", "critical"), PriorityCritical},
+		{"trusted single address", []ServerOption{edge}, fromPeer("[2001:db8::1]:443", "default"), PriorityDefault},
+		{"IPv4 mapped in IPv6", []ServerOption{edge}, fromPeer("[::ffff:10.1.2.3]:5000", "critical"), PriorityCritical},
+		{"the edge's appended value wins", []ServerOption{edge}, fromPeer("10.1.2.3:5000", "critical", "sheddable"), PrioritySheddable},
+		{"last of a joined value wins", []ServerOption{edge}, fromPeer("10.1.2.3:5000", "critical, default"), PriorityDefault},
+		{"unknown last value: no claim", []ServerOption{edge}, fromPeer("10.1.2.3:5000", "critical", "urgent!"), PrioritySheddable},
+		{"claims above the cap are lowered", []ServerOption{edge, WithMaxClaimedPriority(PriorityDefault)}, fromPeer("10.1.2.3:5000", "critical"), PriorityDefault},
+		{"claims below the cap stand", []ServerOption{edge, WithMaxClaimedPriority(PriorityDefault)}, fromPeer("10.1.2.3:5000", "sheddable"), PrioritySheddable},
+		{"trust func", []ServerOption{WithPriorityTrust(trustAll)}, fromPeer("", "critical"), PriorityCritical},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := NewServer(append([]Option{WithPriorityHeader("x-priority"), limit}, tt.opts...)...)
+			s, err := NewServer(append([]ServerOption{WithPriorityHeader("x-priority"), limit}, tt.opts...)...)
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, s.Close()) }()
 			assert.Equal(t, tt.want, s.priority(tt.ctx, s.tab.Load().lookup(unaryMethod)))
@@ -107,7 +107,7 @@ func TestPriorityTrustOverGRPC(t *testing.T) {
 				return &testpb.UnaryResponse{}, b.wait(ctx)
 			}}
 			e := newEnv(t, svc, envConfig{
-				server:   []Option{WithMethod(unaryMethod, fixed(2)), WithPriorityHeader("x-priority"), WithTrustedPeers(tt.trusted)},
+				server:   []ServerOption{WithMethod(unaryMethod, fixed(2)), WithPriorityHeader("x-priority"), WithTrustedPeers(tt.trusted)},
 				noClient: true,
 			})
 			var wg sync.WaitGroup
@@ -225,7 +225,7 @@ func TestPriorityOverGRPC(t *testing.T) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
 	e := newEnv(t, svc, envConfig{
-		server:   []Option{WithMethod(unaryMethod, fixed(2)), WithPriorityHeader("x-priority"), WithTrustedPeers("127.0.0.1/32", "::1/128")},
+		server:   []ServerOption{WithMethod(unaryMethod, fixed(2)), WithPriorityHeader("x-priority"), WithTrustedPeers("127.0.0.1/32", "::1/128")},
 		noClient: true,
 	})
 	var wg sync.WaitGroup
@@ -249,7 +249,7 @@ func TestPriorityOverGRPC(t *testing.T) {
 func TestPriorityErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		opt  Option
+		opt  ServerOption
 		want string
 	}{
 		{"sheddable above default", WithPriorityShares(PriorityShares{Default: 0.5, Sheddable: 0.8}),

@@ -84,7 +84,7 @@ func TestServerPushbackTrailer(t *testing.T) {
 				return b.wait(s.Context())
 			}}
 			e := newEnv(t, svc, envConfig{
-				server:   []Option{WithMethod(testService, fixed(1)), WithPushback(func(LimiterState) time.Duration { return tt.pushback })},
+				server:   []ServerOption{WithMethod(testService, fixed(1)), WithPushback(func(LimiterState) time.Duration { return tt.pushback })},
 				noClient: true,
 			})
 			first, err := e.client.ServerStream(t.Context(), &testpb.ServerStreamRequest{})

@@ -70,32 +70,31 @@ const defaultMaxCallers = 100_000
 // who lose nothing; then those nearest to a full burst (see
 // ratelimit.WithMaxKeys). Size it above the callers you expect within one
 // burst window, so that only a flood makes anyone forget.
-func WithMaxCallers(n int) Option {
-	return func(c *config) {
+func WithMaxCallers(n int) ServerOption {
+	return serverOption(func(c *config) {
 		if n < 1 {
 			c.errs = append(c.errs, fmt.Errorf("interceptor: WithMaxCallers(%d): must be >= 1", n))
 			return
 		}
 		c.maxCallers = n
-	}
+	})
 }
 
 // WithCallerRateLimit limits each caller, as named by key, to r: a
-// per-caller quota on top of the method limits (ratelimit.Keyed). It is
-// a server option. The quota is checked before the method's rate and its
+// per-caller quota on top of the method limits (ratelimit.Keyed). The quota is checked before the method's rate and its
 // concurrency limit, so a caller over its quota spends nothing the
 // method's other callers share; a call a later check rejects gets its
 // caller's token back. Rejected calls get RESOURCE_EXHAUSTED with the exact
 // retry-after, in the grpc-retry-pushback-ms trailer and as a
 // google.rpc.RetryInfo detail.
-func WithCallerRateLimit(key KeyFunc, r RateLimit) Option {
-	return func(c *config) {
+func WithCallerRateLimit(key KeyFunc, r RateLimit) ServerOption {
+	return serverOption(func(c *config) {
 		if key == nil {
 			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own"))
 			return
 		}
 		c.callerKey, c.callerRate, c.callerLimiter = key, r, nil
-	}
+	})
 }
 
 // A CallerLimiter decides per-caller quotas for WithCallerLimiter. It is
@@ -122,8 +121,8 @@ type CallerLimiter interface {
 // WithCallerRateLimit answers them. WithMaxCallers does not apply: l bounds
 // its own memory. Of WithCallerRateLimit and WithCallerLimiter, the last
 // given wins. A Reload keeps the state of l, which it does not own.
-func WithCallerLimiter(key KeyFunc, l CallerLimiter) Option {
-	return func(c *config) {
+func WithCallerLimiter(key KeyFunc, l CallerLimiter) ServerOption {
+	return serverOption(func(c *config) {
 		switch {
 		case key == nil:
 			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own"))
@@ -132,7 +131,7 @@ func WithCallerLimiter(key KeyFunc, l CallerLimiter) Option {
 		default:
 			c.callerKey, c.callerRate, c.callerLimiter = key, RateLimit{}, l
 		}
-	}
+	})
 }
 
 // callerLimit is a Server's per-caller rate limit.

@@ -37,7 +37,7 @@ type RateLimiterOption func(*config)
 // WithCallerQuota gives each caller, as named by key, a quota of r of its
 // own, with at most 100,000 callers tracked at once.
 func WithCallerQuota(key KeyFunc, r RateLimit) RateLimiterOption {
-	return RateLimiterOption(WithCallerRateLimit(key, r))
+	return WithCallerRateLimit(key, r).applyServer
 }
 
 // NewRateLimiter returns a RateLimiter admitting r in all (the zero

@@ -43,14 +43,14 @@ func TestReloadLeavesOneLimiterPerName(t *testing.T) {
 	const unary, bidi = "sluice.test.v1.TestService/Unary", "sluice.test.v1.TestService/Bidi"
 	tests := []struct {
 		name   string
-		reload []Option
+		reload []ServerOption
 		want   []string // Limiters' names after the reload and a call of each method
 	}{
-		{"method gets its own Limit", []Option{WithDefault(fixed(2)), WithMethod(unaryMethod, fixed(5))}, []string{bidi, unary}},
-		{"service gets a Limit", []Option{WithDefault(fixed(2)), WithMethod(testService, fixed(5))}, []string{"sluice.test.v1.TestService/"}},
-		{"method exempted", []Option{WithDefault(fixed(2)), WithExempt(unaryMethod)}, []string{bidi}},
-		{"default changed", []Option{WithDefault(fixed(3))}, []string{unary, bidi}},
-		{"nothing changed", []Option{WithDefault(fixed(2))}, []string{unary, bidi}},
+		{"method gets its own Limit", []ServerOption{WithDefault(fixed(2)), WithMethod(unaryMethod, fixed(5))}, []string{bidi, unary}},
+		{"service gets a Limit", []ServerOption{WithDefault(fixed(2)), WithMethod(testService, fixed(5))}, []string{"sluice.test.v1.TestService/"}},
+		{"method exempted", []ServerOption{WithDefault(fixed(2)), WithExempt(unaryMethod)}, []string{bidi}},
+		{"default changed", []ServerOption{WithDefault(fixed(3))}, []string{unary, bidi}},
+		{"nothing changed", []ServerOption{WithDefault(fixed(2))}, []string{unary, bidi}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

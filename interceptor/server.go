@@ -52,13 +52,14 @@ type Server struct {
 // NewServer returns a Server configured by opts. Invalid options (a
 // malformed method name, a limit out of range) are reported together in
 // the error.
-func NewServer(opts ...Option) (*Server, error) {
-	c, err := newCore("server", opts)
+func NewServer(opts ...ServerOption) (*Server, error) {
+	fs := applies(opts, ServerOption.applyServer)
+	c, err := newCore("server", fs)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{core: c}
-	if newConfig(opts).loadReports {
+	if newConfig(fs).loadReports {
 		s.load = newLoadReporter(c)
 	}
 	return s, nil
@@ -79,12 +80,34 @@ func NewServer(opts ...Option) (*Server, error) {
 // Put sluice before interceptors that do real work (auth, logging may go
 // first) so rejected calls cost little, and after a recovery interceptor
 // so a handler's panic passes through sluice, which releases the permit.
-func ServerOptions(opts ...Option) ([]grpc.ServerOption, error) {
+func ServerOptions(opts ...ServerOption) ([]grpc.ServerOption, error) {
 	s, err := NewServer(opts...)
 	if err != nil {
 		return nil, err
 	}
 	return s.ServerOptions(), nil
+}
+
+// Reload applies new options without a restart and without dropping a
+// call. They are layered over the options the Server was built
+// with, not put in their place: what opts set wins (a WithMethod entry
+// replaces the built-with entry of the same name, WithDefault the
+// default, WithCallerRateLimit the quota), and what opts do not mention
+// stays as built. A config file that knows nothing of a per-caller quota
+// set in code thus cannot drop it. To remove a built-with setting,
+// override it (WithExempt, a WithMethod with the Limit wanted). Each
+// Reload starts again from the built-with options: options of an earlier
+// Reload do not carry over. Built-with options that came from a config
+// file (LoadConfig, ParseConfig, ConfigOptions) are left out of that base:
+// the new file's options replace them whole. Everything is validated first: on an error
+// nothing changes. Limiters whose Limit is unchanged (same method
+// or service name, equal Limit; see Limit.Algorithm) keep their live limit
+// and state; the others are rebuilt, and calls admitted before the reload
+// return their permits to the limiter that gave them. A caller rate limit
+// with the same RateLimit keeps its callers' state. WithMeterProvider
+// cannot change: it is ignored here.
+func (s *Server) Reload(opts ...ServerOption) error {
+	return s.reload(applies(opts, ServerOption.applyServer))
 }
 
 // ServerOptions returns grpc.ChainUnaryInterceptor and

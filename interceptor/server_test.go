@@ -30,7 +30,7 @@ func TestServerRejectsOverLimit(t *testing.T) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
 	e := newEnv(t, svc, envConfig{
-		server:   []Option{WithMethod(unaryMethod, fixed(2)), WithPushback(func(LimiterState) time.Duration { return 250 * time.Millisecond })},
+		server:   []ServerOption{WithMethod(unaryMethod, fixed(2)), WithPushback(func(LimiterState) time.Duration { return 250 * time.Millisecond })},
 		noClient: true,
 	})
 	ctx := t.Context()
@@ -115,7 +115,7 @@ func TestServerOutcomeAdjustsLimit(t *testing.T) {
 				once.Do(func() { close(entered) })
 				return &testpb.UnaryResponse{}, tt.handler(ctx)
 			}}
-			e := newEnv(t, svc, envConfig{server: []Option{WithDefault(perCall())}, noClient: true})
+			e := newEnv(t, svc, envConfig{server: []ServerOption{WithDefault(perCall())}, noClient: true})
 			call := tt.call
 			if call == nil {
 				call = func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
@@ -160,7 +160,7 @@ func TestServerPanicReleasesPermit(t *testing.T) {
 		},
 	}
 	e := newEnv(t, svc, envConfig{
-		server:      []Option{WithDefault(perCall())},
+		server:      []ServerOption{WithDefault(perCall())},
 		noClient:    true,
 		outer:       []grpc.UnaryServerInterceptor{recovery},
 		outerStream: []grpc.StreamServerInterceptor{recoveryStream},
@@ -188,7 +188,7 @@ func TestServerStreamHoldsPermit(t *testing.T) {
 		}
 		return s.Send(&testpb.ServerStreamResponse{})
 	}}
-	e := newEnv(t, svc, envConfig{server: []Option{WithMethod(serverStreamMethod, fixed(1)), WithPushback(func(LimiterState) time.Duration { return NoPushback })}, noClient: true})
+	e := newEnv(t, svc, envConfig{server: []ServerOption{WithMethod(serverStreamMethod, fixed(1)), WithPushback(func(LimiterState) time.Duration { return NoPushback })}, noClient: true})
 
 	first, err := e.client.ServerStream(t.Context(), &testpb.ServerStreamRequest{})
 	require.NoError(t, err)
@@ -214,7 +214,7 @@ func TestServerQueue(t *testing.T) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
 	e := newEnv(t, svc, envConfig{
-		server:   []Option{WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.FixedQueue(1)})},
+		server:   []ServerOption{WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.FixedQueue(1)})},
 		noClient: true,
 	})
 	g := gateOf(e.srv.core, unaryMethod)
@@ -257,7 +257,7 @@ func TestServerQueue(t *testing.T) {
 func TestMethodPrecedenceOverGRPC(t *testing.T) {
 	svc := &testpb.Service{}
 	e := newEnv(t, svc, envConfig{
-		server: []Option{
+		server: []ServerOption{
 			WithDefault(fixed(7)),
 			WithMethod(testService, fixed(5)),
 			WithMethod(unaryMethod, fixed(3)),
@@ -354,10 +354,6 @@ func TestOptionErrors(t *testing.T) {
 			`interceptor: WithDefault: Limit.Algorithm returned a nil Algorithm`},
 		{"nil classifier", []Option{WithClassifier(nil)},
 			`interceptor: WithClassifier(nil): a Classifier is required; omit the option for DefaultClassifier`},
-		{"nil pushback", []Option{WithPushback(nil)},
-			`interceptor: WithPushback(nil): a PushbackFunc is required; omit the option for DefaultPushback`},
-		{"negative max pushback", []Option{WithMaxPushback(-time.Second)},
-			`interceptor: WithMaxPushback(-1s): must be >= 0 (0 turns pushback off)`},
 		{"nil meter provider", []Option{WithMeterProvider(nil)},
 			`interceptor: WithMeterProvider(nil): a MeterProvider is required; omit the option for the global one`},
 		{"every problem is reported", []Option{WithMethod("a", Limit{}), WithMethod("b", Limit{})},
@@ -366,18 +362,22 @@ func TestOptionErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := NewServer(tt.opts...)
+			s, err := NewServer(serverOpts(tt.opts)...)
 			assert.Nil(t, s)
 			assert.EqualError(t, err, tt.want)
-			c, err := NewClient(tt.opts...)
+			c, err := NewClient(clientOpts(tt.opts)...)
 			assert.Nil(t, c)
 			assert.EqualError(t, err, tt.want)
-			_, err = ServerOptions(tt.opts...)
-			assert.Error(t, err)
-			_, err = DialOptions(tt.opts...)
-			assert.Error(t, err)
 		})
 	}
+}
+
+// TestSideOptionErrors checks the options of one side.
+func TestSideOptionErrors(t *testing.T) {
+	_, err := NewServer(WithPushback(nil))
+	assert.EqualError(t, err, "interceptor: WithPushback(nil): a PushbackFunc is required; omit the option for DefaultPushback")
+	_, err = NewClient(WithMaxPushback(-time.Second))
+	assert.EqualError(t, err, "interceptor: WithMaxPushback(-1s): must be >= 0 (0 turns pushback off)")
 }
 
 func TestNilOptionIsIgnored(t *testing.T) {
@@ -441,7 +441,7 @@ func TestCustomClassifier(t *testing.T) {
 		}
 		return DefaultClassifier(r)
 	}
-	e := newEnv(t, svc, envConfig{server: []Option{WithDefault(perCall()), WithClassifier(unavailableIsOverload)}, noClient: true})
+	e := newEnv(t, svc, envConfig{server: []ServerOption{WithDefault(perCall()), WithClassifier(unavailableIsOverload)}, noClient: true})
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
 	assert.Equal(t, codes.Unavailable, status.Code(err))
 	e.awaitRelease(t, "server")

@@ -71,8 +71,8 @@ func TestSoak(t *testing.T) {
 		},
 	}
 	e := newEnv(t, svc, envConfig{
-		server: []Option{WithMethod(unaryMethod, Limit{Queue: limiter.FixedQueue(16)})},
-		client: []Option{WithMaxPushback(50 * time.Millisecond)},
+		server: []ServerOption{WithMethod(unaryMethod, Limit{Queue: limiter.FixedQueue(16)})},
+		client: []ClientOption{WithMaxPushback(50 * time.Millisecond)},
 	})
 	for _, c := range []*core{e.srv.core, e.cli.core} {
 		c.released, c.rejected = nil, nil

@@ -50,7 +50,7 @@ func TestForwardedForSpoofing(t *testing.T) {
 			key, err := IPKey{TrustedProxies: tt.trusted}.KeyFunc()
 			require.NoError(t, err)
 			e := newEnv(t, &testpb.Service{}, envConfig{
-				server:   []Option{WithCallerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1})},
+				server:   []ServerOption{WithCallerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1})},
 				noClient: true,
 			})
 			passed := 0

@@ -49,8 +49,8 @@ import (
 // grpc-retry-pushback-ms trailer, and the PushbackFunc is not called for
 // them (rate-limit rejections keep their RetryInfo detail). It is a server
 // option; a grpc.Server takes one tap handle, so do not install another.
-func WithEarlyRejection() Option {
-	return func(c *config) { c.early = true }
+func WithEarlyRejection() ServerOption {
+	return serverOption(func(c *config) { c.early = true })
 }
 
 // Bounds of how long a permit the tap took waits for its interceptor.

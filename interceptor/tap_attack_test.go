@@ -123,7 +123,7 @@ func finishUnary(s grpc.ClientStream) error {
 func TestAttackTapHeldPermits(t *testing.T) {
 	seen := newHeaderSeen(unaryMethod)
 	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true,
-		server:     []Option{WithDefault(fixed(4)), WithEarlyRejection()},
+		server:     []ServerOption{WithDefault(fixed(4)), WithEarlyRejection()},
 		serverOpts: []grpc.ServerOption{grpc.StatsHandler(seen)}})
 	timers := &earlyTimers{}
 	e.srv.timer = timers.timer
@@ -197,7 +197,7 @@ func TestAttackTapTrickledBody(t *testing.T) {
 	rec := &recordingAlgorithm{n: 4, rtts: make(chan time.Duration, 100)}
 	seen := newHeaderSeen(unaryMethod)
 	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true,
-		server: []Option{WithEarlyRejection(),
+		server: []ServerOption{WithEarlyRejection(),
 			WithDefault(Limit{Algorithm: algorithmFunc(func() (limiter.Algorithm, error) { return rec, nil })})},
 		serverOpts: []grpc.ServerOption{grpc.StatsHandler(seen)}})
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
@@ -229,19 +229,19 @@ const tapPanicEnv = "SLUICE_TAP_PANIC_CASE"
 // tapPanicCases are server options whose user code panics on the calls
 // that carry the metadata "boom", and the code such a call must get.
 var tapPanicCases = map[string]struct {
-	opts []Option
+	opts []ServerOption
 	want codes.Code
 }{
 	// The tap no longer calls the PushbackFunc: a plain rejection.
-	"pushback": {[]Option{WithPushback(panickyPushback)}, codes.ResourceExhausted},
+	"pushback": {[]ServerOption{WithPushback(panickyPushback)}, codes.ResourceExhausted},
 	// Recovered in the tap.
-	"key": {[]Option{WithCallerRateLimit(func(ctx context.Context, _ string) string {
+	"key": {[]ServerOption{WithCallerRateLimit(func(ctx context.Context, _ string) string {
 		if boom(ctx) {
 			panic("key bug")
 		}
 		return "caller"
 	}, RateLimit{PerSecond: 1e6})}, codes.Internal},
-	"trust": {[]Option{WithPriorityHeader("x-priority"), WithPriorityTrust(func(ctx context.Context) bool {
+	"trust": {[]ServerOption{WithPriorityHeader("x-priority"), WithPriorityTrust(func(ctx context.Context) bool {
 		if boom(ctx) {
 			panic("trust bug")
 		}
@@ -249,7 +249,7 @@ var tapPanicCases = map[string]struct {
 	})}, codes.Internal},
 	// Never consulted in the tap, which rejects the call at the full
 	// limit without asking it.
-	"caller limiter": {[]Option{WithCallerLimiter(func(ctx context.Context, _ string) string {
+	"caller limiter": {[]ServerOption{WithCallerLimiter(func(ctx context.Context, _ string) string {
 		if boom(ctx) {
 			return "boom"
 		}
@@ -298,7 +298,7 @@ func TestAttackTapUserCodePanics(t *testing.T) {
 
 // tapPanicCase runs in the child: a limit of 1, one call held, then a call
 // whose user code panics.
-func tapPanicCase(t *testing.T, opts []Option, want codes.Code) {
+func tapPanicCase(t *testing.T, opts []ServerOption, want codes.Code) {
 	b := newBlock()
 	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
 		if req.GetPayload() == "block" {
@@ -307,7 +307,7 @@ func tapPanicCase(t *testing.T, opts []Option, want codes.Code) {
 		return &testpb.UnaryResponse{}, nil
 	}}
 	e := newEnv(t, svc, envConfig{noClient: true,
-		server: append([]Option{WithDefault(fixed(1)), WithEarlyRejection()}, opts...),
+		server: append([]ServerOption{WithDefault(fixed(1)), WithEarlyRejection()}, opts...),
 		outer:  []grpc.UnaryServerInterceptor{recovery}})
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
 	require.NoError(t, err)
@@ -356,7 +356,7 @@ func (l *blockingCallerLimiter) Refund(string) {}
 func TestAttackTapRemoteCallerLimiter(t *testing.T) {
 	cl := &blockingCallerLimiter{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true,
-		server: []Option{WithEarlyRejection(), WithCallerLimiter(MetadataKey("caller"), cl)}})
+		server: []ServerOption{WithEarlyRejection(), WithCallerLimiter(MetadataKey("caller"), cl)}})
 	as := func(ctx context.Context, caller string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, "caller", caller)
 	}
@@ -393,7 +393,7 @@ func TestAttackTapRejectionsInLoadReports(t *testing.T) {
 		return &testpb.UnaryResponse{}, nil
 	}}
 	e := newEnv(t, svc, envConfig{noClient: true,
-		server: []Option{WithDefault(fixed(1)), WithEarlyRejection(), WithLoadReports()}})
+		server: []ServerOption{WithDefault(fixed(1)), WithEarlyRejection(), WithLoadReports()}})
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
 	require.NoError(t, err)
 	e.awaitRelease(t, "server")

@@ -49,7 +49,7 @@ func TestEarlyRejection(t *testing.T) {
 	}}
 	codec := countingCodec{encoding.GetCodecV2(proto.Name), &decoded}
 	e := newEnv(t, svc, envConfig{noClient: true,
-		server:     []Option{WithDefault(fixed(1)), WithEarlyRejection()},
+		server:     []ServerOption{WithDefault(fixed(1)), WithEarlyRejection()},
 		serverOpts: []grpc.ServerOption{grpc.ForceServerCodecV2(codec)}})
 
 	// The first call makes the method's limiter; the tap knows it from
@@ -86,7 +86,7 @@ func TestEarlyRejection(t *testing.T) {
 // cannot be decoded.
 func TestEarlyPermitReleasedWithoutHandler(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true,
-		server: []Option{WithDefault(fixed(1)), WithEarlyRejection()}})
+		server: []ServerOption{WithDefault(fixed(1)), WithEarlyRejection()}})
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
 	require.NoError(t, err)
 	e.awaitRelease(t, "server")
@@ -101,9 +101,4 @@ func TestEarlyPermitReleasedWithoutHandler(t *testing.T) {
 	_, err = e.client.Unary(t.Context(), &testpb.UnaryRequest{})
 	require.NoError(t, err)
 	e.awaitRelease(t, "server")
-}
-
-func TestEarlyRejectionIsAServerOption(t *testing.T) {
-	_, err := NewClient(WithEarlyRejection())
-	assert.ErrorContains(t, err, "WithEarlyRejection is a server option")
 }

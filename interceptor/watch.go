@@ -8,28 +8,22 @@ import (
 	"time"
 )
 
-// A Reloader applies new options to running interceptors: *Server and
-// *Client are Reloaders.
-type Reloader interface {
-	Reload(opts ...Option) error
-}
-
 // WatchConfig polls the config file at path every interval and, when its
-// contents change, reloads r with the options it describes followed by
+// contents change, reloads s with the options it describes followed by
 // extra (settings a file cannot express, such as WithClassifier). Reload
-// layers them over the options r was built with: what the file does not
+// layers them over the options s was built with: what the file does not
 // set stays as built. A file that cannot be read, is not a regular
 // file, is larger than 1 MiB or is invalid changes nothing: the error goes to onError
 // (log.Printf when nil) and the running configuration stays until a good
 // file appears. The file's contents when WatchConfig starts are taken as
 // already applied. It returns ctx's error when ctx is done, or an error at
-// once for an interval <= 0 or a nil Reloader.
-func WatchConfig(ctx context.Context, path string, interval time.Duration, r Reloader, onError func(error), extra ...Option) error {
+// once for an interval <= 0 or a nil Server.
+func WatchConfig(ctx context.Context, path string, interval time.Duration, s *Server, onError func(error), extra ...ServerOption) error {
 	if interval <= 0 {
 		return fmt.Errorf("interceptor: WatchConfig interval is %v, must be > 0", interval)
 	}
-	if r == nil {
-		return fmt.Errorf("interceptor: WatchConfig needs a Reloader (a *Server or *Client)")
+	if s == nil {
+		return fmt.Errorf("interceptor: WatchConfig needs a Server")
 	}
 	if onError == nil {
 		onError = func(err error) { log.Printf("sluice: config %s not applied: %v", path, err) }
@@ -54,7 +48,7 @@ func WatchConfig(ctx context.Context, path string, interval time.Duration, r Rel
 		last = data
 		opts, err := ParseConfig(data)
 		if err == nil {
-			err = r.Reload(append(opts, extra...)...)
+			err = s.Reload(append(opts, extra...)...)
 		}
 		if err != nil {
 			onError(err)

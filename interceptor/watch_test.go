@@ -67,7 +67,7 @@ func TestWatchConfigErrors(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	assert.EqualError(t, WatchConfig(t.Context(), "x.json", 0, s, nil), "interceptor: WatchConfig interval is 0s, must be > 0")
-	assert.EqualError(t, WatchConfig(t.Context(), "x.json", time.Second, nil, nil), "interceptor: WatchConfig needs a Reloader (a *Server or *Client)")
+	assert.EqualError(t, WatchConfig(t.Context(), "x.json", time.Second, nil, nil), "interceptor: WatchConfig needs a Server")
 }
 
 // TestWatchConfigLayersOverCode: a server built from a file plus a quota

@@ -25,7 +25,7 @@ func replica(t *testing.T, l *Limiter) testpb.TestServiceClient {
 
 // serve starts a gRPC server on loopback TCP with the interceptors of
 // opts, and returns a client of it.
-func serve(t *testing.T, opts ...interceptor.Option) testpb.TestServiceClient {
+func serve(t *testing.T, opts ...interceptor.ServerOption) testpb.TestServiceClient {
 	t.Helper()
 	srv, err := interceptor.NewServer(opts...)
 	require.NoError(t, err)

@@ -114,7 +114,7 @@ func runProfile(ctx context.Context, name string, protected bool, o options, pha
 	if protected {
 		// The defaults: no algorithm, limit, queue or timeout is given.
 		// WithMeterProvider only says where the metrics go.
-		var opts []interceptor.Option
+		var opts []interceptor.ServerOption
 		if mp != nil {
 			opts = append(opts, interceptor.WithMeterProvider(mp))
 		}

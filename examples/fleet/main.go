@@ -190,7 +190,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	base := fleet.Config{Capacities: o.Capacities, Service: o.S, Load: o.Load, Phases: o.phases(), Seed: o.Seed}
 	if o.InitialLimit > 0 {
-		base.Options = []interceptor.Option{interceptor.WithDefault(interceptor.Limit{
+		base.Options = []interceptor.ServerOption{interceptor.WithDefault(interceptor.Limit{
 			Algorithm: limiter.AIMDConfig{InitialLimit: o.InitialLimit}})}
 	}
 	load := [2]string{overload.LoadAverage()}

@@ -89,7 +89,7 @@ type Config struct {
 	Seed          uint64
 	// Options are added to every server's WithLoadReports; none gives
 	// sluice's defaults.
-	Options []interceptor.Option
+	Options []interceptor.ServerOption
 	// Tick, if set, gets each second's figures while the run goes on.
 	Tick func(Second)
 }
@@ -248,7 +248,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		backends[i] = be
 		// sluice's server defaults and the one line that turns load
 		// reports on.
-		lim, err := interceptor.NewServer(append([]interceptor.Option{interceptor.WithLoadReports()}, cfg.Options...)...)
+		lim, err := interceptor.NewServer(append([]interceptor.ServerOption{interceptor.WithLoadReports()}, cfg.Options...)...)
 		if err != nil {
 			return nil, err
 		}

@@ -29,7 +29,7 @@ var (
 // fleetConfig is the fleet of the comparison: capacities 16, 8 and 4 at
 // S = 20 ms, offered twice the fleet's capacity.
 func fleetConfig(sc string, d time.Duration) Config {
-	var opts []interceptor.Option
+	var opts []interceptor.ServerOption
 	if *fleetInitial > 0 {
 		opts = append(opts, interceptor.WithDefault(interceptor.Limit{
 			Algorithm: limiter.AIMDConfig{InitialLimit: *fleetInitial}}))
