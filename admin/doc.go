@@ -24,9 +24,8 @@
 // "pkg.Svc/Method", "pkg.Svc/" for a service entry, "_OTHER". Requests
 // may also name a method as code does, with a leading '/'. A method's
 // limiter exists from its first call, or from the start once the server
-// has called interceptor.Server.CheckRegistered. The service needs the
-// *interceptor.Server of interceptor.NewServer, not the options of
-// interceptor.ServerOptions. Register reflection beside it for grpcurl
+// has called interceptor.Server.CheckRegistered. The service takes the
+// *interceptor.Server of interceptor.NewServer. Register reflection beside it for grpcurl
 // (see ExampleWithUnixSocketPeers).
 //
 // Every override and clear is logged with log/slog (WithLogger), naming

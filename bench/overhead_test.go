@@ -16,7 +16,7 @@ import (
 // over bufconn, one call at a time, well below every limit:
 //
 //	bare      no interceptors
-//	sluice    interceptor.ServerOptions() and interceptor.DialOptions(),
+//	sluice    interceptor.NewServer() and interceptor.NewClient(),
 //	          with no options (the global, no-op meter provider)
 //	failsafe  failsafegrpc's unary server and client interceptors, each
 //	          with its own adaptivelimiter.NewWithDefaults
@@ -52,15 +52,15 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 }
 
 func sluiceOptions(b *testing.B) ([]grpc.ServerOption, []grpc.DialOption) {
-	sopts, err := interceptor.ServerOptions()
+	limits, err := interceptor.NewServer()
 	if err != nil {
 		b.Fatal(err)
 	}
-	dopts, err := interceptor.DialOptions()
+	client, err := interceptor.NewClient()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return sopts, dopts
+	return limits.ServerOptions(), client.DialOptions()
 }
 
 // failsafeOptions installs failsafe-go's interceptors the way its

@@ -22,12 +22,12 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 			var sopts []grpc.ServerOption
 			var dopts []grpc.DialOption
 			if bc.sluice {
-				s, err := ServerOptions()
+				s, err := NewServer()
 				require.NoError(b, err)
-				sopts = s
-				d, err := DialOptions()
+				sopts = s.ServerOptions()
+				c, err := NewClient()
 				require.NoError(b, err)
-				dopts = append(dopts, d...)
+				dopts = c.DialOptions()
 			}
 			client, stop := bufconnService(b, sopts, dopts)
 			defer stop()

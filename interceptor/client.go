@@ -59,28 +59,18 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 
 func afterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
 
-// DialOptions returns the options that install sluice's client
-// interceptors, for grpc.NewClient:
-//
-//	opts, err := interceptor.DialOptions()
-//	...
-//	conn, err := grpc.NewClient(target, append(opts, creds)...)
-func DialOptions(opts ...ClientOption) ([]grpc.DialOption, error) {
-	c, err := NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return c.DialOptions(), nil
-}
-
 // Reload applies new options to c without a restart and without dropping
 // a call, layered over the options c was built with, as Server.Reload does.
 func (c *Client) Reload(opts ...ClientOption) error {
 	return c.reload(applies(opts, ClientOption.applyClient))
 }
 
-// DialOptions returns grpc.WithChainUnaryInterceptor and
-// grpc.WithChainStreamInterceptor options with c's interceptors.
+// DialOptions returns the options that install c's interceptors for
+// grpc.NewClient:
+//
+//	client, err := interceptor.NewClient()
+//	...
+//	conn, err := grpc.NewClient(target, append(client.DialOptions(), creds)...)
 func (c *Client) DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(c.UnaryClientInterceptor()),

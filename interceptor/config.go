@@ -37,7 +37,7 @@ import (
 //
 //	opts, err := interceptor.LoadConfig("sluice.json")
 //	...
-//	srvOpts, err := interceptor.ServerOptions(opts...)
+//	limits, err := interceptor.NewServer(opts...)
 //
 // Options given after the loaded ones add to them; a method configured
 // both in the file and by a WithMethod option is an error of NewServer.

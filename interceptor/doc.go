@@ -11,11 +11,11 @@
 //
 // One line on each side:
 //
-//	srvOpts, err := interceptor.ServerOptions()
-//	srv := grpc.NewServer(srvOpts...)
+//	limits, err := interceptor.NewServer()
+//	srv := grpc.NewServer(limits.ServerOptions()...)
 //
-//	dialOpts, err := interceptor.DialOptions()
-//	conn, err := grpc.NewClient(target, append(dialOpts, creds)...)
+//	client, err := interceptor.NewClient()
+//	conn, err := grpc.NewClient(target, append(client.DialOptions(), creds)...)
 //
 // The defaults need no tuning: each method gets its own adaptive AIMD
 // limiter (limiter.AIMDConfig) that learns the method's latency and backs

@@ -13,25 +13,25 @@ import (
 )
 
 // The one line on the server: every method gets an adaptive limiter.
-func ExampleServerOptions() {
-	opts, err := interceptor.ServerOptions()
+func ExampleServer_ServerOptions() {
+	limits, err := interceptor.NewServer()
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := grpc.NewServer(opts...)
+	srv := grpc.NewServer(limits.ServerOptions()...)
 	// Register services, then srv.Serve(lis).
 	srv.Stop()
 	// Output:
 }
 
 // The one line on the client: calls back off when the servers push back.
-func ExampleDialOptions() {
-	opts, err := interceptor.DialOptions()
+func ExampleClient_DialOptions() {
+	client, err := interceptor.NewClient()
 	if err != nil {
 		log.Fatal(err)
 	}
 	conn, err := grpc.NewClient("dns:///orders.internal:443",
-		append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		append(client.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func ExampleNewServer_errors() {
 
 // A custom pushback: ask rejected callers to wait a fixed second.
 func ExampleWithPushback() {
-	_, err := interceptor.ServerOptions(interceptor.WithPushback(func(interceptor.LimiterState) time.Duration {
+	_, err := interceptor.NewServer(interceptor.WithPushback(func(interceptor.LimiterState) time.Duration {
 		return time.Second
 	}))
 	fmt.Println(err)
@@ -89,7 +89,7 @@ func ExampleWithPushback() {
 // Rate limits beside the adaptive concurrency limit: a fixed rate for an
 // expensive method, and a quota per API key for everything.
 func ExampleWithCallerRateLimit() {
-	opts, err := interceptor.ServerOptions(
+	limits, err := interceptor.NewServer(
 		interceptor.WithMethod("/shop.v1.Search/Query", interceptor.Limit{
 			Rate: interceptor.RateLimit{PerSecond: 200, Burst: 50},
 		}),
@@ -99,7 +99,7 @@ func ExampleWithCallerRateLimit() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = grpc.NewServer(opts...)
+	_ = grpc.NewServer(limits.ServerOptions()...)
 	// Output:
 }
 
@@ -107,7 +107,7 @@ func ExampleWithCallerRateLimit() {
 // header of any other caller is ignored, and even the proxies cannot
 // claim more than default priority for a call.
 func ExampleWithTrustedPeers() {
-	opts, err := interceptor.ServerOptions(
+	limits, err := interceptor.NewServer(
 		interceptor.WithPriorityHeader("x-priority"),
 		interceptor.WithTrustedPeers("10.20.0.0/16", "fd00:20::/32"),
 		interceptor.WithMaxClaimedPriority(interceptor.PriorityDefault),
@@ -115,13 +115,13 @@ func ExampleWithTrustedPeers() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = grpc.NewServer(opts...)
+	_ = grpc.NewServer(limits.ServerOptions()...)
 	// Output:
 }
 
 // A server that should tell rejected callers not to retry at all.
 func ExampleDoNotRetry() {
-	_, err := interceptor.ServerOptions(interceptor.WithPushback(func(interceptor.LimiterState) time.Duration {
+	_, err := interceptor.NewServer(interceptor.WithPushback(func(interceptor.LimiterState) time.Duration {
 		return interceptor.DoNotRetry
 	}))
 	fmt.Println(err)
@@ -131,12 +131,12 @@ func ExampleDoNotRetry() {
 // Large requests: reject calls over the limit before grpc-go reads and
 // decodes them. ServerOptions then also installs a tap handle.
 func ExampleWithEarlyRejection() {
-	opts, err := interceptor.ServerOptions(interceptor.WithEarlyRejection())
+	limits, err := interceptor.NewServer(interceptor.WithEarlyRejection())
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(len(opts), "server options: two interceptors and the tap")
-	srv := grpc.NewServer(opts...)
+	fmt.Println(len(limits.ServerOptions()), "server options: two interceptors and the tap")
+	srv := grpc.NewServer(limits.ServerOptions()...)
 	srv.Stop()
 	// Output: 3 server options: two interceptors and the tap
 }

@@ -36,7 +36,7 @@ func TestTypoRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ServerOptions(tt.opt)
+			_, err := NewServer(tt.opt)
 			assert.EqualError(t, err, tt.want)
 			_, err = NewClient(tt.opt)
 			assert.EqualError(t, err, tt.want, "a client's entry is as dead")
@@ -49,19 +49,18 @@ func TestTypoRefused(t *testing.T) {
 }
 
 // TestUncheckedNamesWarned: names the registry cannot check are logged
-// once each at the first call of a server built by the package-level
-// ServerOptions, over real gRPC; a correct name is not, nor is anything
+// once each at the first call of a server built by NewServer, over real gRPC; a correct name is not, nor is anything
 // once CheckRegistered has checked the names.
 func TestUncheckedNamesWarned(t *testing.T) {
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	opts, err := ServerOptions(WithLogger(logger),
+	s, err := NewServer(WithLogger(logger),
 		WithMethod(unaryMethod, fixed(5)),                   // correct, checked by the registry
 		WithMethod("/sluice.test.v1.TestServce/", fixed(1)), // a typo no definition can catch
 		WithExempt("/shop.v1.Admin/"),                       // not served here either
 	)
 	require.NoError(t, err)
-	e := newEnv(t, &testpb.Service{}, envConfig{noServer: true, noClient: true, serverOpts: opts})
+	e := newEnv(t, &testpb.Service{}, envConfig{noServer: true, noClient: true, serverOpts: s.ServerOptions()})
 	assert.Empty(t, logs.String(), "nothing is logged before the first call")
 
 	for range 3 {

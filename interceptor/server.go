@@ -65,29 +65,6 @@ func NewServer(opts ...ServerOption) (*Server, error) {
 	return s, nil
 }
 
-// ServerOptions returns the options that install sluice's server
-// interceptors, for grpc.NewServer:
-//
-//	opts, err := interceptor.ServerOptions()
-//	...
-//	srv := grpc.NewServer(opts...)
-//
-// A configured name that cannot be served is an error, or, if it cannot be
-// checked before services are registered, a warning logged at the first
-// call (see WithMethod); NewServer and Server.CheckRegistered check names
-// against the grpc.Server itself.
-//
-// Put sluice before interceptors that do real work (auth, logging may go
-// first) so rejected calls cost little, and after a recovery interceptor
-// so a handler's panic passes through sluice, which releases the permit.
-func ServerOptions(opts ...ServerOption) ([]grpc.ServerOption, error) {
-	s, err := NewServer(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return s.ServerOptions(), nil
-}
-
 // Reload applies new options without a restart and without dropping a
 // call. They are layered over the options the Server was built
 // with, not put in their place: what opts set wins (a WithMethod entry
@@ -110,8 +87,16 @@ func (s *Server) Reload(opts ...ServerOption) error {
 	return s.reload(applies(opts, ServerOption.applyServer))
 }
 
-// ServerOptions returns grpc.ChainUnaryInterceptor and
-// grpc.ChainStreamInterceptor options with s's interceptors.
+// ServerOptions returns the options that install s's interceptors (and
+// its tap handle, with WithEarlyRejection) for grpc.NewServer:
+//
+//	limits, err := interceptor.NewServer()
+//	...
+//	srv := grpc.NewServer(limits.ServerOptions()...)
+//
+// Put sluice before interceptors that do real work (auth, logging may go
+// first) so rejected calls cost little, and after a recovery interceptor
+// so a handler's panic passes through sluice, which releases the permit.
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()),
