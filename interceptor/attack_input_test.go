@@ -38,7 +38,7 @@ func TestMetadataKeyAppendedByProxy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, &testpb.Service{}, envConfig{
-				server:   []ServerOption{WithCallerRateLimit(MetadataKey("x-tenant"), RateLimit{PerSecond: 0.001, Burst: 1})},
+				server:   []ServerOption{callerRateLimit(MetadataKey("x-tenant"), RateLimit{PerSecond: 0.001, Burst: 1}, 0)},
 				noClient: true,
 			})
 			passed := 0
@@ -110,7 +110,7 @@ func TestIPv6PrefixQuota(t *testing.T) {
 			key, err := IPKey{IPv6Prefix: tt.prefix, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}.KeyFunc()
 			require.NoError(t, err)
 			e := newEnv(t, &testpb.Service{}, envConfig{
-				server:   []ServerOption{WithCallerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1})},
+				server:   []ServerOption{callerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1}, 0)},
 				noClient: true,
 			})
 			passed := 0

@@ -19,8 +19,7 @@ import (
 func TestCallerTableFlood(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
 		server: []ServerOption{
-			WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
-			WithMaxCallers(64),
+			callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 64),
 		},
 		noClient: true,
 	})
@@ -44,7 +43,7 @@ func TestCallerOverQuotaKeepsMethodRate(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
 		server: []ServerOption{
 			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 10}}),
-			WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
+			callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
 		},
 		noClient: true,
 	})
@@ -75,7 +74,7 @@ func TestRejectedByMethodRateKeepsCallerQuota(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
 		server: []ServerOption{
 			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 1}}),
-			WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
+			callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
 		},
 		noClient: true,
 	})
@@ -98,7 +97,7 @@ func TestRejectedByMethodRateKeepsCallerQuota(t *testing.T) {
 // config file that does not mention them.
 func TestReloadKeepsCodeOptions(t *testing.T) {
 	s, err := NewServer(
-		WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}),
+		callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
 		WithPriorityHeader("x-priority"),
 	)
 	require.NoError(t, err)
@@ -122,7 +121,7 @@ func TestReloadKeepsCodeOptions(t *testing.T) {
 func TestConcurrencyRejectionRefundsRates(t *testing.T) {
 	s, err := NewServer(
 		WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Rate: RateLimit{PerSecond: 0.001, Burst: 2}}),
-		WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 2}),
+		callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 2}, 0),
 	)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()

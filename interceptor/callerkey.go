@@ -25,7 +25,7 @@ const (
 // and no other is named.
 const defaultForwardedHeader = "x-forwarded-for"
 
-// An IPKey names callers by IP address, for WithCallerRateLimit: by the
+// An IPKey names callers by IP address, for WithCallerLimiter: by the
 // address of the connection, or behind proxies you run, by the address the
 // nearest of them saw. Build its KeyFunc with KeyFunc.
 //

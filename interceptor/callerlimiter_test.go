@@ -31,7 +31,7 @@ func (l *countingLimiter) Refund(key string) {
 }
 
 // TestWithCallerLimiter plugs the local Keyed in through the
-// CallerLimiter hook: callers are limited as with WithCallerRateLimit, and
+// CallerLimiter hook: callers are limited as with a configuration file's caller_limit, and
 // a call a later check rejects is refunded to the CallerLimiter.
 func TestWithCallerLimiter(t *testing.T) {
 	g, err := ratelimit.NewKeyed(0.001, 1)
@@ -91,7 +91,7 @@ func TestWithCallerLimiterErrors(t *testing.T) {
 		{"nil key func", []ServerOption{WithCallerLimiter(nil, g)},
 			`interceptor: WithCallerLimiter: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own`},
 		{"nil limiter", []ServerOption{WithCallerLimiter(PeerIP, nil)},
-			`interceptor: WithCallerLimiter: the CallerLimiter is nil; use WithCallerRateLimit for a quota of this process`},
+			`interceptor: WithCallerLimiter: the CallerLimiter is nil; use a ratelimit.Keyed for a quota of this process`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,12 +101,12 @@ func TestWithCallerLimiterErrors(t *testing.T) {
 	}
 }
 
-// TestWithCallerLimiterLastWins: the last of WithCallerRateLimit and
+// TestWithCallerLimiterLastWins: the last of a file's caller_limit and
 // WithCallerLimiter is the quota, and a Reload keeps a CallerLimiter as is.
 func TestWithCallerLimiterLastWins(t *testing.T) {
 	g, err := ratelimit.NewKeyed(1, 1)
 	require.NoError(t, err)
-	s, err := NewServer(WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 5}), WithCallerLimiter(PeerIP, g))
+	s, err := NewServer(callerRateLimit(PeerIP, RateLimit{PerSecond: 5}, 0), WithCallerLimiter(PeerIP, g))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	assert.Same(t, g, s.tab.Load().callers.lim)
@@ -114,7 +114,7 @@ func TestWithCallerLimiterLastWins(t *testing.T) {
 	require.NoError(t, s.Reload())
 	assert.Same(t, g, s.tab.Load().callers.lim)
 
-	require.NoError(t, s.Reload(WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 5})))
+	require.NoError(t, s.Reload(callerRateLimit(PeerIP, RateLimit{PerSecond: 5}, 0)))
 	cl := s.tab.Load().callers
 	require.NotNil(t, cl.gcra)
 	assert.Same(t, cl.gcra, cl.lim)

@@ -239,10 +239,7 @@ func ConfigOptions(c *sluicev1.Config) ([]ServerOption, error) {
 		cfgCheckCallerLimit(&ps, "caller_limit", cl)
 		if ps.n == n {
 			r := cl.GetRateLimit()
-			opts = append(opts, WithCallerRateLimit(cfgKeyFunc(cl), RateLimit{PerSecond: r.GetPerSecond(), Burst: int(r.GetBurst())}))
-			if n := cl.GetMaxCallers(); n != 0 {
-				opts = append(opts, WithMaxCallers(int(n)))
-			}
+			opts = append(opts, callerRateLimit(cfgKeyFunc(cl), RateLimit{PerSecond: r.GetPerSecond(), Burst: int(r.GetBurst())}, int(cl.GetMaxCallers())))
 		}
 	}
 	if h := c.GetPriorityHeader(); h != "" {
@@ -281,7 +278,7 @@ func cfgKeyFunc(cl *sluicev1.CallerLimit) KeyFunc {
 	case *sluicev1.CallerLimit_Metadata:
 		return MetadataKey(k.Metadata.GetHeader())
 	}
-	return nil // checked: WithCallerRateLimit reports it
+	return nil // checked by cfgCheckCallerLimit
 }
 
 // A ConfigError reports the problems of a configuration at once: all of

@@ -27,8 +27,9 @@
 // # Rate limits
 //
 // A Limit may also carry a RateLimit, a fixed calls-per-second contract
-// checked before the adaptive concurrency limit, and WithCallerRateLimit
-// gives each caller a quota of its own, checked first. Name callers by
+// checked before the adaptive concurrency limit, and WithCallerLimiter
+// gives each caller a quota of its own (a ratelimit.Keyed, or one shared
+// by a fleet in Redis), checked first. Name callers by
 // something they cannot forge: PeerIdentity (the verified mTLS
 // certificate), PeerIP (IPv6 by /64: the holder of a /48 has 65,536
 // quotas; an IPKey chooses the prefix), an IPKey that believes
@@ -69,8 +70,7 @@
 // would-be rejections, and lets every call through: watch a limit on real
 // traffic before enforcing it. WithEarlyRejection takes permits in a tap
 // handle, before grpc-go decodes a request, so that under overload a
-// rejected call with a large request costs little. RateLimiter offers the
-// rate limits alone to go-grpc-middleware's ratelimit interceptors.
+// rejected call with a large request costs little.
 //
 // # Configuration files
 //

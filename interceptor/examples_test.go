@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // The one line on the server: every method gets an adaptive limiter.
@@ -88,13 +89,16 @@ func ExampleWithPushback() {
 
 // Rate limits beside the adaptive concurrency limit: a fixed rate for an
 // expensive method, and a quota per API key for everything.
-func ExampleWithCallerRateLimit() {
+func ExampleWithCallerLimiter() {
+	quota, err := ratelimit.NewKeyed(20, 40) // per API key: 20 calls a second, bursts of 40
+	if err != nil {
+		log.Fatal(err)
+	}
 	limits, err := interceptor.NewServer(
 		interceptor.WithMethod("/shop.v1.Search/Query", interceptor.Limit{
 			Rate: interceptor.RateLimit{PerSecond: 200, Burst: 50},
 		}),
-		interceptor.WithCallerRateLimit(interceptor.MetadataKey("x-api-key"),
-			interceptor.RateLimit{PerSecond: 20, Burst: 40}),
+		interceptor.WithCallerLimiter(interceptor.MetadataKey("x-api-key"), quota),
 	)
 	if err != nil {
 		log.Fatal(err)

@@ -35,7 +35,7 @@ const (
 	// attrReason says why a call was rejected: "limit" (no permit, queue
 	// full), "deadline" or "canceled" (the call's context ended while it
 	// waited in the queue), "rate" (over the Limit's RateLimit) or
-	// "caller_rate" (over WithCallerRateLimit), "priority" (over the
+	// "caller_rate" (over WithCallerLimiter), "priority" (over the
 	// share of the limit the call's priority may use).
 	attrReason = attribute.Key("sluice.reason")
 	// attrDryRun is true on the rejections of a limiter in a dry run

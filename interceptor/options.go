@@ -123,7 +123,7 @@ type config struct {
 	provider       metric.MeterProvider
 	callerKey      KeyFunc
 	callerRate     RateLimit
-	callerLimiter  CallerLimiter // WithCallerLimiter's, nil for WithCallerRateLimit
+	callerLimiter  CallerLimiter // WithCallerLimiter's, nil for a file's caller_limit
 	maxCallers     int
 	shares         PriorityShares
 	priorityHeader string

@@ -39,7 +39,7 @@ import (
 //     into a penalty: weight = qps / (utilization + eps/qps × penalty), so
 //     a server that sheds, or whose limit is still too high to keep its
 //     calls in time, gets less. What a caller brings on itself (its own
-//     quota, WithCallerRateLimit; its cancellations; deadlines shorter
+//     quota, WithCallerLimiter; its cancellations; deadlines shorter
 //     than the server's calls take, by the rule of Server) does not count:
 //     one caller must not steer the fleet's traffic away from a healthy
 //     server. A flood one caller sends into a shared limit does count:

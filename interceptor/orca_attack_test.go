@@ -21,12 +21,12 @@ import (
 // caller steers the whole fleet's traffic away from a healthy server.
 
 // TestAttackLoadReportsCallerQuota is a caller that blows through its own
-// quota (WithCallerRateLimit). Its rejections say nothing about the
+// quota (WithCallerLimiter). Its rejections say nothing about the
 // server's capacity, so an honest caller's report must show no errors.
 func TestAttackLoadReportsCallerQuota(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true, server: []ServerOption{
 		WithLoadReports(),
-		WithCallerRateLimit(MetadataKey("caller"), RateLimit{PerSecond: 1, Burst: 1}),
+		callerRateLimit(MetadataKey("caller"), RateLimit{PerSecond: 1, Burst: 1}, 0),
 	}})
 	as := func(caller string) context.Context {
 		return metadata.AppendToOutgoingContext(t.Context(), "caller", caller)

@@ -100,7 +100,7 @@ func TestServerPanickingPushbackReleasesPermit(t *testing.T) {
 func TestServerPanickingKeyFuncTakesNoPermit(t *testing.T) {
 	key := func(context.Context, string) string { panic("key bug") }
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server:   []ServerOption{WithDefault(fixed(1)), WithCallerRateLimit(key, RateLimit{PerSecond: 1000})},
+		server:   []ServerOption{WithDefault(fixed(1)), callerRateLimit(key, RateLimit{PerSecond: 1000}, 0)},
 		noClient: true,
 		outer:    []grpc.UnaryServerInterceptor{recovery},
 	})

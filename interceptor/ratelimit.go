@@ -49,7 +49,7 @@ func (r RateLimit) String() string {
 	return fmt.Sprintf("%g/s (burst %d)", r.PerSecond, r.burst())
 }
 
-// A KeyFunc names the caller of a call for WithCallerRateLimit. Calls for
+// A KeyFunc names the caller of a call for WithCallerLimiter. Calls for
 // which it returns "" share one bucket: callers that cannot be told apart
 // are limited together rather than not at all.
 type KeyFunc func(ctx context.Context, fullMethod string) string
@@ -58,88 +58,70 @@ type KeyFunc func(ctx context.Context, fullMethod string) string
 // come from metadata or addresses, which never contain a NUL byte.
 const anonymous = "\x00anonymous"
 
-// defaultMaxCallers bounds the callers WithCallerRateLimit tracks at once
-// unless WithMaxCallers says otherwise. Callers are kept as 64-bit hashes
-// of their keys, about 30 bytes each: 100,000 take a few MiB.
+// defaultMaxCallers bounds the callers a configuration file's caller_limit
+// tracks at once unless its max_callers says otherwise. Callers are kept
+// as 64-bit hashes of their keys, about 30 bytes each: 100,000 take a few
+// MiB.
 const defaultMaxCallers = 100_000
 
-// WithMaxCallers bounds the callers WithCallerRateLimit tracks at once, so
-// that a flood of made-up caller keys cannot exhaust memory. The default
-// is 100,000. A new caller is never refused because the table
-// is full: the callers forgotten first are those back at a full burst,
-// who lose nothing; then those nearest to a full burst (see
-// ratelimit.WithMaxKeys). Size it above the callers you expect within one
-// burst window, so that only a flood makes anyone forget.
-func WithMaxCallers(n int) ServerOption {
-	return serverOption(func(c *config) {
-		if n < 1 {
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithMaxCallers(%d): must be >= 1", n))
-			return
-		}
-		c.maxCallers = n
-	})
-}
-
-// WithCallerRateLimit limits each caller, as named by key, to r: a
-// per-caller quota on top of the method limits (ratelimit.Keyed). The quota is checked before the method's rate and its
-// concurrency limit, so a caller over its quota spends nothing the
-// method's other callers share; a call a later check rejects gets its
-// caller's token back. Rejected calls get RESOURCE_EXHAUSTED with the exact
-// retry-after, in the grpc-retry-pushback-ms trailer and as a
-// google.rpc.RetryInfo detail.
-func WithCallerRateLimit(key KeyFunc, r RateLimit) ServerOption {
-	return serverOption(func(c *config) {
-		if key == nil {
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own"))
-			return
-		}
-		c.callerKey, c.callerRate, c.callerLimiter = key, r, nil
-	})
-}
-
-// A CallerLimiter decides per-caller quotas for WithCallerLimiter. It is
-// the contract of ratelimit.Keyed, which satisfies it: Allow decides and
-// counts one call of key (an error means no decision could be made, and
-// the call is let through; the concurrency limit still protects), and
-// Refund gives back a call Allow admitted that a later check rejected.
-// Both are called by the interceptors for every call, concurrently: they
-// must be safe for concurrent use and bounded in time. They are never
-// called on a connection's reader (WithEarlyRejection's tap), which must
-// not wait on a remote store.
-//
-// The point is to put the quota somewhere else than in this process, for
-// example in a store shared by every replica (see the redis module), so
-// that a quota holds for the whole fleet rather than per replica.
+// A CallerLimiter decides per-caller quotas for WithCallerLimiter:
+// ratelimit.Keyed, a quota of this process in bounded memory, and the
+// redis module's limiter, one quota for a whole fleet, are CallerLimiters.
+// Allow decides and counts one call of key (an error means no decision
+// could be made, and the call is let through; the concurrency limit still
+// protects), and Refund gives back a call Allow admitted that a later
+// check rejected. Both are called by the interceptors for every call,
+// concurrently: they must be safe for concurrent use and bounded in time.
+// They are never called on a connection's reader (WithEarlyRejection's
+// tap), which must not wait on a remote store.
 type CallerLimiter interface {
 	Allow(key string) (ratelimit.Decision, error)
 	Refund(key string)
 }
 
-// WithCallerLimiter is WithCallerRateLimit with a quota decided by l
-// instead of a ratelimit.Keyed of this process: each caller, as named by
-// key, is admitted as l decides, and rejected calls are answered as
-// WithCallerRateLimit answers them. WithMaxCallers does not apply: l bounds
-// its own memory. Of WithCallerRateLimit and WithCallerLimiter, the last
-// given wins. A Reload keeps the state of l, which it does not own.
+// WithCallerLimiter gives each caller, as named by key, the quota l
+// decides, on top of the method limits:
+//
+//	quota, err := ratelimit.NewKeyed(20, 40) // per caller: 20 calls a second, bursts of 40
+//	...
+//	interceptor.WithCallerLimiter(interceptor.MetadataKey("x-api-key"), quota)
+//
+// The quota is checked before the method's rate and its concurrency
+// limit, so a caller over its quota spends nothing the method's other
+// callers share; a call a later check rejects gets its caller's token
+// back. Rejected calls get RESOURCE_EXHAUSTED with the exact retry-after,
+// in the grpc-retry-pushback-ms trailer and as a google.rpc.RetryInfo
+// detail. l bounds its own memory (ratelimit.WithMaxKeys), so that a flood
+// of made-up caller keys cannot exhaust it. A Reload keeps the state of l,
+// which it does not own.
 func WithCallerLimiter(key KeyFunc, l CallerLimiter) ServerOption {
 	return serverOption(func(c *config) {
 		switch {
 		case key == nil:
 			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own"))
 		case l == nil:
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the CallerLimiter is nil; use WithCallerRateLimit for a quota of this process"))
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the CallerLimiter is nil; use a ratelimit.Keyed for a quota of this process"))
 		default:
 			c.callerKey, c.callerRate, c.callerLimiter = key, RateLimit{}, l
 		}
 	})
 }
 
-// callerLimit is a Server's per-caller rate limit.
+// callerRateLimit is a configuration file's caller_limit: a quota of r
+// per caller in a ratelimit.Keyed of this process, tracking at most
+// maxCallers (0: defaultMaxCallers). A Reload with the same r and
+// maxCallers keeps the callers' state.
+func callerRateLimit(key KeyFunc, r RateLimit, maxCallers int) ServerOption {
+	return serverOption(func(c *config) {
+		c.callerKey, c.callerRate, c.callerLimiter, c.maxCallers = key, r, nil, maxCallers
+	})
+}
+
 type callerLimit struct {
 	key        KeyFunc
 	rate       RateLimit
 	maxCallers int
-	gcra       *ratelimit.Keyed // the quota of this process, nil with WithCallerLimiter
+	gcra       *ratelimit.Keyed // a file's quota of this process, nil with WithCallerLimiter
 	lim        CallerLimiter    // decides: gcra, or WithCallerLimiter's
 	what       string           // the quota, as rejections describe it
 }
@@ -156,7 +138,7 @@ func newCallerLimit(c *config) (*callerLimit, error) {
 		return &callerLimit{key: c.callerKey, lim: c.callerLimiter, what: what}, nil
 	}
 	if !c.callerRate.enabled() {
-		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: RateLimit.PerSecond is 0, must be > 0")
+		return nil, fmt.Errorf("interceptor: caller limit: RateLimit.PerSecond is 0, must be > 0")
 	}
 	maxCallers := c.maxCallers
 	if maxCallers == 0 {
@@ -164,7 +146,7 @@ func newCallerLimit(c *config) (*callerLimit, error) {
 	}
 	g, err := ratelimit.NewKeyed(c.callerRate.PerSecond, c.callerRate.burst(), ratelimit.WithMaxKeys(maxCallers))
 	if err != nil {
-		return nil, fmt.Errorf("interceptor: WithCallerRateLimit: %w", err)
+		return nil, fmt.Errorf("interceptor: caller limit: %w", err)
 	}
 	return &callerLimit{key: c.callerKey, rate: c.callerRate, maxCallers: maxCallers, gcra: g, lim: g,
 		what: fmt.Sprintf("caller rate limit %s exceeded", c.callerRate)}, nil

@@ -77,7 +77,7 @@ func TestRateRejectRoundsUp(t *testing.T) {
 
 func TestCallerRateLimit(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server:   []ServerOption{WithCallerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1})},
+		server:   []ServerOption{callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0)},
 		noClient: true,
 	})
 	call := func(key string) error {
@@ -175,12 +175,8 @@ func TestRateLimitErrors(t *testing.T) {
 			`interceptor: WithMethod("/sluice.test.v1.TestService/Unary"): Limit.Rate: ratelimit: Bucket rate is -1, must be a finite number > 0`},
 		{"negative burst", []ServerOption{WithDefault(Limit{Rate: RateLimit{PerSecond: 5, Burst: -2}})},
 			`interceptor: WithDefault: Limit.Rate: ratelimit: Bucket burst is -2, must be >= 1`},
-		{"nil key func", []ServerOption{WithCallerRateLimit(nil, RateLimit{PerSecond: 1})},
-			`interceptor: WithCallerRateLimit: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own`},
-		{"zero caller rate", []ServerOption{WithCallerRateLimit(PeerIP, RateLimit{})},
-			`interceptor: WithCallerRateLimit: RateLimit.PerSecond is 0, must be > 0`},
-		{"max callers 0", []ServerOption{WithCallerRateLimit(PeerIP, RateLimit{PerSecond: 1}), WithMaxCallers(0)},
-			`interceptor: WithMaxCallers(0): must be >= 1`},
+		{"zero caller rate", []ServerOption{callerRateLimit(PeerIP, RateLimit{}, 0)},
+			`interceptor: caller limit: RateLimit.PerSecond is 0, must be > 0`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

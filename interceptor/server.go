@@ -69,7 +69,7 @@ func NewServer(opts ...ServerOption) (*Server, error) {
 // call. They are layered over the options the Server was built
 // with, not put in their place: what opts set wins (a WithMethod entry
 // replaces the built-with entry of the same name, WithDefault the
-// default, WithCallerRateLimit the quota), and what opts do not mention
+// default, WithCallerLimiter the quota), and what opts do not mention
 // stays as built. A config file that knows nothing of a per-caller quota
 // set in code thus cannot drop it. To remove a built-with setting,
 // override it (WithExempt, a WithMethod with the Limit wanted). Each

@@ -50,7 +50,7 @@ func TestForwardedForSpoofing(t *testing.T) {
 			key, err := IPKey{TrustedProxies: tt.trusted}.KeyFunc()
 			require.NoError(t, err)
 			e := newEnv(t, &testpb.Service{}, envConfig{
-				server:   []ServerOption{WithCallerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1})},
+				server:   []ServerOption{callerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1}, 0)},
 				noClient: true,
 			})
 			passed := 0
@@ -187,7 +187,7 @@ func TestPeerIdentity(t *testing.T) {
 // TestUnauthenticatedShareOneQuota: calls without a verified certificate
 // share the quota of one caller, and spend no authenticated caller's.
 func TestUnauthenticatedShareOneQuota(t *testing.T) {
-	s, err := NewServer(WithCallerRateLimit(PeerIdentity, RateLimit{PerSecond: 0.001, Burst: 2}))
+	s, err := NewServer(callerRateLimit(PeerIdentity, RateLimit{PerSecond: 0.001, Burst: 2}, 0))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	r := s.tab.Load().lookup(unaryMethod)

@@ -107,7 +107,7 @@ type table struct {
 	// The settings that Reload replaces together with the table.
 	classifier     Classifier
 	pushback       PushbackFunc
-	callers        *callerLimit // nil without WithCallerRateLimit
+	callers        *callerLimit // nil without WithCallerLimiter
 	shares         PriorityShares
 	priorityHeader string
 	trust          func(context.Context) bool // whose priority header counts

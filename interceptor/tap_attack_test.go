@@ -235,12 +235,12 @@ var tapPanicCases = map[string]struct {
 	// The tap no longer calls the PushbackFunc: a plain rejection.
 	"pushback": {[]ServerOption{WithPushback(panickyPushback)}, codes.ResourceExhausted},
 	// Recovered in the tap.
-	"key": {[]ServerOption{WithCallerRateLimit(func(ctx context.Context, _ string) string {
+	"key": {[]ServerOption{callerRateLimit(func(ctx context.Context, _ string) string {
 		if boom(ctx) {
 			panic("key bug")
 		}
 		return "caller"
-	}, RateLimit{PerSecond: 1e6})}, codes.Internal},
+	}, RateLimit{PerSecond: 1e6}, 0)}, codes.Internal},
 	"trust": {[]ServerOption{WithPriorityHeader("x-priority"), WithPriorityTrust(func(ctx context.Context) bool {
 		if boom(ctx) {
 			panic("trust bug")

@@ -1,8 +1,8 @@
 // Package redis keeps per-caller quotas in Redis, so that a quota holds
 // for a whole fleet of replicas rather than for each one.
 //
-// With interceptor.WithCallerRateLimit each replica counts its callers on
-// its own: behind a load balancer that spreads a caller over N replicas,
+// With a ratelimit.Keyed as interceptor.WithCallerLimiter's quota, each
+// replica counts its callers on its own: behind a load balancer that spreads a caller over N replicas,
 // a quota of 100 calls per second becomes N × 100. A Limiter counts them
 // in one Redis instead, with the algorithm of ratelimit.Keyed, one
 // atomic script per decision on Redis's own clock:

@@ -35,6 +35,7 @@ import (
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/internal/testpb"
 	"github.com/sluice-go/sluice/limiter"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // The dashboard and the alert rules over sluice's metrics, at the root of
@@ -125,12 +126,14 @@ func scrapeSluice(t *testing.T) seriesIndex {
 		}
 		return strconv.FormatInt(calls.Add(1), 10)
 	}
+	quota, err := ratelimit.NewKeyed(0.001, 1)
+	require.NoError(t, err)
 	lim, err := interceptor.NewServer(
 		interceptor.WithMeterProvider(ms.Provider()),
 		interceptor.WithLogger(slog.New(slog.DiscardHandler)), // the dry run's lines
 		interceptor.WithMethod("/"+unary, interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.FixedQueue(1)}),
 		interceptor.WithMethod("/"+stream, interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 1}, DryRun: true}),
-		interceptor.WithCallerRateLimit(key, interceptor.RateLimit{PerSecond: 0.001, Burst: 1}),
+		interceptor.WithCallerLimiter(key, quota),
 	)
 	require.NoError(t, err)
 	defer lim.Close()

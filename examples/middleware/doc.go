@@ -1,4 +1,5 @@
-// Package middleware shows sluice's rate limits plugged into
-// go-grpc-middleware's ratelimit interceptors: interceptor.RateLimiter has
-// the method Limit(ctx) error that its Limiter interface asks for.
+// Package middleware plugs sluice's rate limits into go-grpc-middleware's
+// ratelimit interceptors: Limiter gives a ratelimit.Bucket (one rate for
+// everyone) and a ratelimit.Keyed (a quota per caller) the method
+// Limit(ctx) error that go-grpc-middleware's Limiter interface asks for.
 package middleware

@@ -3,22 +3,28 @@ package middleware_test
 import (
 	"log"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
+	grpcratelimit "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-go/sluice/examples/middleware"
 	"github.com/sluice-go/sluice/interceptor"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // sluice's rate limit and per-caller quota, enforced by go-grpc-middleware.
 func Example() {
-	rl, err := interceptor.NewRateLimiter(interceptor.RateLimit{PerSecond: 500},
-		interceptor.WithCallerQuota(interceptor.PeerIP, interceptor.RateLimit{PerSecond: 20}))
+	rate, err := ratelimit.NewBucket(500, 500) // 500 calls a second in all
 	if err != nil {
 		log.Fatal(err)
 	}
+	quota, err := ratelimit.NewKeyed(20, 20) // 20 a second per caller
+	if err != nil {
+		log.Fatal(err)
+	}
+	rl := middleware.Limiter{Rate: rate, Callers: quota, Key: interceptor.PeerIP}
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(ratelimit.UnaryServerInterceptor(rl)),
-		grpc.ChainStreamInterceptor(ratelimit.StreamServerInterceptor(rl)),
+		grpc.ChainUnaryInterceptor(grpcratelimit.UnaryServerInterceptor(rl)),
+		grpc.ChainStreamInterceptor(grpcratelimit.StreamServerInterceptor(rl)),
 	)
 	defer srv.Stop()
 	// Register services, then srv.Serve(lis).

@@ -101,7 +101,7 @@ type Config struct {
 	// in the whole file.
 	Methods []*MethodConfig `protobuf:"bytes,2,rep,name=methods,proto3" json:"methods,omitempty"`
 	// A quota per caller, checked before the methods' limits (server only:
-	// interceptor.WithCallerRateLimit). Unset: as built, none by default.
+	// interceptor.WithCallerLimiter with a ratelimit.Keyed). Unset: as built, none by default.
 	CallerLimit *CallerLimit `protobuf:"bytes,3,opt,name=caller_limit,json=callerLimit,proto3" json:"caller_limit,omitempty"`
 	// The metadata key a call may name its priority in
 	// (interceptor.WithPriorityHeader), for example "x-priority". Empty: as
