@@ -98,7 +98,7 @@ func TestRejectedByMethodRateKeepsCallerQuota(t *testing.T) {
 func TestReloadKeepsCodeOptions(t *testing.T) {
 	s, err := NewServer(
 		callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
-		WithPriorityHeader("x-priority"),
+		WithPriorities(Priorities{Header: "x-priority"}),
 	)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()

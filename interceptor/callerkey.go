@@ -240,7 +240,7 @@ func parseHop(s string) (netip.Addr, bool) {
 // A header name is case-insensitive, like all gRPC metadata keys.
 //
 // The last value of the header counts, and of a comma-separated value its
-// last element, spaces trimmed, as for WithPriorityHeader: a proxy that
+// last element, spaces trimmed, as for Priorities.Header: a proxy that
 // appends its verdict to what the client sent, as a value of its own or
 // after a comma, names the caller, whatever the client wrote before it.
 // A proxy that replaces the header is read the same way. A "-bin" header

@@ -244,7 +244,7 @@ func ConfigOptions(c *sluicev1.Config) ([]ServerOption, error) {
 	}
 	if h := c.GetPriorityHeader(); h != "" {
 		cfgCheckHeader(&ps, "priority_header", h)
-		opts = append(opts, WithPriorityHeader(h))
+		opts = append(opts, priorityHeader(h))
 	}
 	if c.GetDryRun() {
 		opts = append(opts, WithDryRun())

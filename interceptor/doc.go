@@ -41,10 +41,10 @@
 // # Priorities
 //
 // Each call has a Priority: its Limit's, or the one it names in the header
-// set with WithPriorityHeader. A server believes that header only from the
-// callers WithTrustedPeers or WithPriorityTrust names (by default nobody:
-// any client could claim "critical"), takes its last value (the one an edge
-// proxy appended) and caps it with WithMaxClaimedPriority. As calls in
+// WithPriorities sets. A server believes that header only from the callers
+// Priorities.TrustedPeers or Trusted names (by default nobody: any client
+// could claim "critical"), takes its last value (the one an edge proxy
+// appended) and caps it at Priorities.MaxClaimed. As calls in
 // flight near the limit, lower priorities are rejected first
 // (PriorityShares): by default sheddable calls may use half of the limit,
 // default and critical calls all of it. Admission of every priority is one

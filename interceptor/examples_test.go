@@ -109,13 +109,12 @@ func ExampleWithCallerLimiter() {
 
 // Priorities named by a header that only the edge proxies may set: the
 // header of any other caller is ignored, and even the proxies cannot
-// claim more than default priority for a call.
-func ExampleWithTrustedPeers() {
-	limits, err := interceptor.NewServer(
-		interceptor.WithPriorityHeader("x-priority"),
-		interceptor.WithTrustedPeers("10.20.0.0/16", "fd00:20::/32"),
-		interceptor.WithMaxClaimedPriority(interceptor.PriorityDefault),
-	)
+// claim more than default priority for a call (the zero MaxClaimed).
+func ExampleWithPriorities() {
+	limits, err := interceptor.NewServer(interceptor.WithPriorities(interceptor.Priorities{
+		Header:       "x-priority",
+		TrustedPeers: []string{"10.20.0.0/16", "fd00:20::/32"},
+	}))
 	if err != nil {
 		log.Fatal(err)
 	}

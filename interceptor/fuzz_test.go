@@ -127,10 +127,9 @@ func FuzzPriorityHeader(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, first, second string, trusted bool, claimCap int8) {
 		maxClaim := Priority(min(max(claimCap, int8(PrioritySheddable)), int8(PriorityCritical)))
-		s, err := NewServer(WithPriorityHeader("x-priority"),
-			WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 4}, Priority: PrioritySheddable}),
-			WithPriorityTrust(func(context.Context) bool { return trusted }),
-			WithMaxClaimedPriority(maxClaim))
+		s, err := NewServer(WithPriorities(Priorities{Header: "x-priority",
+			Trusted: func(context.Context) bool { return trusted }, MaxClaimed: maxClaim}),
+			WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 4}, Priority: PrioritySheddable}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -66,7 +66,7 @@ type Limit struct {
 	// a service entry. The zero value adds none.
 	Rate RateLimit
 	// Priority ranks this Limit's calls for shedding (see PriorityShares);
-	// WithPriorityHeader lets a call override it.
+	// Priorities.Header lets a call override it.
 	Priority Priority
 	// Exempt lets calls through without a permit and without metrics.
 	Exempt bool
@@ -158,8 +158,8 @@ func newConfig(layers ...[]func(*config)) config {
 		classifier: DefaultClassifier,
 		pushback:   DefaultPushback,
 		maxHold:    defaultMaxPushback,
-		shares:     DefaultPriorityShares,
-		maxClaim:   PriorityCritical,
+		shares:     defaultShares,
+		maxClaim:   PriorityDefault,
 	}
 	for i, opts := range layers {
 		c.layer = i

@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -39,7 +38,7 @@ func (p Priority) String() string {
 }
 
 // parsePriority reads a priority name ("critical", "default", "sheddable",
-// any case), as sent in the header of WithPriorityHeader.
+// any case), as sent in the header of Priorities.Header.
 func parsePriority(s string) (Priority, bool) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "critical":
@@ -62,107 +61,104 @@ type PriorityShares struct {
 	Sheddable float64
 }
 
-// DefaultPriorityShares lets default calls use the whole limit, like
-// critical ones, and sheddable calls half of it: out of the box only
-// sheddable work gives way. Lower Default (0.9, say) to keep room that
-// only critical calls can take.
-var DefaultPriorityShares = PriorityShares{Default: 1, Sheddable: 0.5}
+// defaultShares lets default calls use the whole limit, like critical
+// ones, and sheddable calls half of it: out of the box only sheddable
+// work gives way.
+var defaultShares = PriorityShares{Default: 1, Sheddable: 0.5}
 
-// WithPriorityShares replaces DefaultPriorityShares.
-func WithPriorityShares(s PriorityShares) Option {
-	return func(c *config) {
-		if !(s.Default > 0 && s.Default <= 1) || !(s.Sheddable > 0 && s.Sheddable <= s.Default) {
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithPriorityShares(%+v): want 0 < Sheddable <= Default <= 1", s))
-			return
-		}
-		c.shares = s
-	}
+// Priorities says how calls are ranked for shedding beyond their method's
+// Limit.Priority (see WithPriorities). The zero value ranks calls by their
+// Limit alone.
+type Priorities struct {
+	// Shares is how much of the limit each priority may use. The zero
+	// value lets default calls use the whole limit and sheddable calls
+	// half of it; lower Default (0.9, say) to keep room that only
+	// critical calls can take.
+	Shares PriorityShares
+
+	// Header lets each call name its priority in this metadata key
+	// ("critical", "default" or "sheddable"), overriding its method's
+	// Limit.Priority. When the header appears more than once (or as one
+	// comma-separated value), the last value counts: a proxy that appends
+	// its verdict overrides what the client sent. An unknown last value is
+	// no claim. A client reads its own outgoing header, set by the
+	// application, and needs no trust.
+	Header string
+
+	// A server believes the header only from trusted callers, since
+	// anyone could otherwise claim "critical" and skip the shedding meant
+	// for them; with neither of these set nobody is trusted, and the
+	// header is ignored. TrustedPeers are the IP addresses ("192.0.2.7")
+	// or CIDR networks ("10.0.0.0/8", "fd00::/8") of the connections to
+	// believe, typically the proxies that set the header. Trusted is for
+	// trust an address cannot express (a verified peer identity); it runs
+	// once per call with a header and must be fast and safe for
+	// concurrent use. A call is trusted if either says so.
+	TrustedPeers []string
+	Trusted      func(ctx context.Context) bool
+
+	// MaxClaimed caps the priority a header may claim: higher claims are
+	// lowered to it. The zero value, PriorityDefault, lets a header lower
+	// its call's priority but not raise it: set PriorityCritical to let
+	// trusted callers claim critical work.
+	MaxClaimed Priority
 }
 
-// WithPriorityHeader lets each call name its priority in the metadata
-// header key ("critical", "default" or "sheddable"), overriding its
-// method's Limit.Priority.
-//
-// A server believes the header only from trusted callers, since anyone
-// could otherwise claim "critical" and skip the shedding meant for them:
-// WithTrustedPeers or WithPriorityTrust says who (your edge proxies, say),
-// and by default nobody is, so the header is ignored. When the header
-// appears more than once (or as one comma-separated value), the last
-// value counts: a proxy that appends its verdict overrides what the client
-// sent, rather than the other way round. An unknown last value is no
-// claim. WithMaxClaimedPriority caps what a header may claim.
-//
-// A client reads its own outgoing header, set by the application: it
-// needs no trust, and the cap applies.
-func WithPriorityHeader(key string) Option {
+// WithPriorities replaces the default Priorities: shedding by each
+// method's Limit.Priority, with the shares described on PriorityShares.
+func WithPriorities(p Priorities) Option {
 	return func(c *config) {
-		if strings.TrimSpace(key) == "" {
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithPriorityHeader(%q): a metadata key is required", key))
+		if p.Shares == (PriorityShares{}) {
+			p.Shares = defaultShares
+		}
+		if s := p.Shares; !(s.Default > 0 && s.Default <= 1) || !(s.Sheddable > 0 && s.Sheddable <= s.Default) {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithPriorities: Shares %+v: want 0 < Sheddable <= Default <= 1", s))
 			return
 		}
-		c.priorityHeader = strings.ToLower(key)
-	}
-}
-
-// WithTrustedPeers makes a server believe the priority header (see
-// WithPriorityHeader) of calls whose connection comes from one of
-// networks: IP addresses ("192.0.2.7") or CIDR networks ("10.0.0.0/8",
-// "fd00::/8"), typically the proxies that set the header. Any other
-// caller's header is ignored. It replaces WithPriorityTrust.
-func WithTrustedPeers(networks ...string) ServerOption {
-	return serverOption(func(c *config) {
+		if p.MaxClaimed < PrioritySheddable || p.MaxClaimed > PriorityCritical {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithPriorities: MaxClaimed %v: want PriorityCritical, PriorityDefault or PrioritySheddable", p.MaxClaimed))
+			return
+		}
+		if p.Header != "" && strings.TrimSpace(p.Header) == "" {
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithPriorities: Header %q: want a metadata key, or empty for none", p.Header))
+			return
+		}
 		var nets []netip.Prefix
-		for _, n := range networks {
-			p, err := parseNetwork(n)
+		for _, n := range p.TrustedPeers {
+			pfx, err := parseNetwork(n)
 			if err != nil {
-				c.errs = append(c.errs, fmt.Errorf("interceptor: WithTrustedPeers(%q): want an IP address or a network in CIDR notation, such as \"10.0.0.0/8\" or \"fd00::/8\"", n))
-				continue
+				c.errs = append(c.errs, fmt.Errorf("interceptor: WithPriorities: TrustedPeers %q: want an IP address or a network in CIDR notation, such as \"10.0.0.0/8\" or \"fd00::/8\"", n))
+				return
 			}
-			nets = append(nets, p)
+			nets = append(nets, pfx)
 		}
-		c.trust = func(ctx context.Context) bool {
-			addr, ok := peerAddr(ctx)
-			if !ok {
-				return false
-			}
+		c.shares, c.maxClaim, c.trust = p.Shares, p.MaxClaimed, trustOf(nets, p.Trusted)
+		c.priorityHeader = strings.ToLower(strings.TrimSpace(p.Header))
+	}
+}
+
+// trustOf is whom a server believes the priority header of: connections
+// from nets, and calls trusted says so of; nil for nobody.
+func trustOf(nets []netip.Prefix, trusted func(context.Context) bool) func(context.Context) bool {
+	if len(nets) == 0 {
+		return trusted
+	}
+	return func(ctx context.Context) bool {
+		if addr, ok := peerAddr(ctx); ok {
 			for _, p := range nets {
 				if p.Contains(addr) {
 					return true
 				}
 			}
-			return false
 		}
-	})
-}
-
-// WithPriorityTrust makes a server believe the priority header (see
-// WithPriorityHeader) of the calls for which trusted returns true, for
-// trust that an address cannot express: an authenticated peer identity,
-// a mTLS certificate. trusted runs once per call with a header and must be
-// fast and safe for concurrent use. It replaces WithTrustedPeers.
-func WithPriorityTrust(trusted func(ctx context.Context) bool) ServerOption {
-	return serverOption(func(c *config) {
-		if trusted == nil {
-			c.errs = append(c.errs, errors.New("interceptor: WithPriorityTrust(nil): a func is required; omit the option to trust no caller"))
-			return
-		}
-		c.trust = trusted
-	})
-}
-
-// WithMaxClaimedPriority caps the priority a header may claim (see
-// WithPriorityHeader): higher claims are lowered to p. Use it when even
-// trusted callers should not be able to claim critical work, leaving that
-// to the methods whose Limit.Priority says so. The default cap is
-// PriorityCritical, no cap.
-func WithMaxClaimedPriority(p Priority) Option {
-	return func(c *config) {
-		if p < PrioritySheddable || p > PriorityCritical {
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithMaxClaimedPriority(%v): want PriorityCritical, PriorityDefault or PrioritySheddable", p))
-			return
-		}
-		c.maxClaim = p
+		return trusted != nil && trusted(ctx)
 	}
+}
+
+// priorityHeader is a configuration file's priority_header: it names the
+// header and leaves the rest of the Priorities as the code set them.
+func priorityHeader(key string) ServerOption {
+	return serverOption(func(c *config) { c.priorityHeader = strings.ToLower(key) })
 }
 
 // parseNetwork reads "10.0.0.0/8" or a single address, "10.1.2.3". An
@@ -206,7 +202,7 @@ func peerAddr(ctx context.Context) (netip.Addr, bool) {
 
 // priority returns the priority of a call of route r: the one its header
 // claims, if the header is configured, the caller trusted and the claim
-// valid (capped by WithMaxClaimedPriority); else its Limit's.
+// valid (capped by Priorities.MaxClaimed); else its Limit's.
 func (c *core) priority(ctx context.Context, r *route) Priority {
 	t := r.t
 	if t.priorityHeader == "" {

@@ -45,29 +45,36 @@ func fromPeer(addr string, vs ...string) context.Context {
 // proxy appended its own value the client's (first) one won.
 func TestPriorityHeaderTrust(t *testing.T) {
 	limit := WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 4}, Priority: PrioritySheddable})
-	edge := WithTrustedPeers("10.0.0.0/8", "2001:db8::1")
+	header := Priorities{Header: "x-priority", MaxClaimed: PriorityCritical}
+	edge := header
+	edge.TrustedPeers = []string{"10.0.0.0/8", "2001:db8::1"}
+	capped := edge
+	capped.MaxClaimed = PriorityDefault
+	byFunc := header
+	byFunc.Trusted = trustAll
 	tests := []struct {
 		name string
-		opts []ServerOption
+		p    Priorities
 		ctx  context.Context
 		want Priority
 	}{
-		{"untrusted by default", nil, fromPeer("203.0.113.9:5000", "critical"), PrioritySheddable},
-		{"no peer, no trust", []ServerOption{edge}, fromPeer("", "critical"), PrioritySheddable},
-		{"peer outside the trusted networks", []ServerOption{edge}, fromPeer("203.0.113.9:5000", "critical"), PrioritySheddable},
-		{"trusted network", []ServerOption{edge}, fromPeer("10.1.2.3:5000", "critical"), PriorityCritical},
-		{"trusted single address", []ServerOption{edge}, fromPeer("[2001:db8::1]:443", "default"), PriorityDefault},
-		{"IPv4 mapped in IPv6", []ServerOption{edge}, fromPeer("[::ffff:10.1.2.3]:5000", "critical"), PriorityCritical},
-		{"the edge's appended value wins", []ServerOption{edge}, fromPeer("10.1.2.3:5000", "critical", "sheddable"), PrioritySheddable},
-		{"last of a joined value wins", []ServerOption{edge}, fromPeer("10.1.2.3:5000", "critical, default"), PriorityDefault},
-		{"unknown last value: no claim", []ServerOption{edge}, fromPeer("10.1.2.3:5000", "critical", "urgent!"), PrioritySheddable},
-		{"claims above the cap are lowered", []ServerOption{edge, WithMaxClaimedPriority(PriorityDefault)}, fromPeer("10.1.2.3:5000", "critical"), PriorityDefault},
-		{"claims below the cap stand", []ServerOption{edge, WithMaxClaimedPriority(PriorityDefault)}, fromPeer("10.1.2.3:5000", "sheddable"), PrioritySheddable},
-		{"trust func", []ServerOption{WithPriorityTrust(trustAll)}, fromPeer("", "critical"), PriorityCritical},
+		{"untrusted by default", header, fromPeer("203.0.113.9:5000", "critical"), PrioritySheddable},
+		{"no peer, no trust", edge, fromPeer("", "critical"), PrioritySheddable},
+		{"peer outside the trusted networks", edge, fromPeer("203.0.113.9:5000", "critical"), PrioritySheddable},
+		{"trusted network", edge, fromPeer("10.1.2.3:5000", "critical"), PriorityCritical},
+		{"trusted single address", edge, fromPeer("[2001:db8::1]:443", "default"), PriorityDefault},
+		{"IPv4 mapped in IPv6", edge, fromPeer("[::ffff:10.1.2.3]:5000", "critical"), PriorityCritical},
+		{"the edge's appended value wins", edge, fromPeer("10.1.2.3:5000", "critical", "sheddable"), PrioritySheddable},
+		{"last of a joined value wins", edge, fromPeer("10.1.2.3:5000", "critical, default"), PriorityDefault},
+		{"unknown last value: no claim", edge, fromPeer("10.1.2.3:5000", "critical", "urgent!"), PrioritySheddable},
+		{"claims above the cap are lowered", capped, fromPeer("10.1.2.3:5000", "critical"), PriorityDefault},
+		{"claims below the cap stand", capped, fromPeer("10.1.2.3:5000", "sheddable"), PrioritySheddable},
+		{"the cap is default unless set", Priorities{Header: "x-priority", Trusted: trustAll}, fromPeer("", "critical"), PriorityDefault},
+		{"trust func", byFunc, fromPeer("", "critical"), PriorityCritical},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := NewServer(append([]ServerOption{WithPriorityHeader("x-priority"), limit}, tt.opts...)...)
+			s, err := NewServer(WithPriorities(tt.p), limit)
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, s.Close()) }()
 			assert.Equal(t, tt.want, s.priority(tt.ctx, s.tab.Load().lookup(unaryMethod)))
@@ -77,7 +84,7 @@ func TestPriorityHeaderTrust(t *testing.T) {
 
 // A client reads its own outgoing header: no trust needed, the cap holds.
 func TestClientPriorityHeader(t *testing.T) {
-	c, err := NewClient(WithPriorityHeader("x-priority"), WithMaxClaimedPriority(PriorityDefault))
+	c, err := NewClient(WithPriorities(Priorities{Header: "x-priority", MaxClaimed: PriorityDefault}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, c.Close()) }()
 	r := c.tab.Load().lookup(unaryMethod)
@@ -107,7 +114,7 @@ func TestPriorityTrustOverGRPC(t *testing.T) {
 				return &testpb.UnaryResponse{}, b.wait(ctx)
 			}}
 			e := newEnv(t, svc, envConfig{
-				server:   []ServerOption{WithMethod(unaryMethod, fixed(2)), WithPriorityHeader("x-priority"), WithTrustedPeers(tt.trusted)},
+				server:   []ServerOption{WithMethod(unaryMethod, fixed(2)), WithPriorities(Priorities{Header: "x-priority", TrustedPeers: []string{tt.trusted}, MaxClaimed: PriorityCritical})},
 				noClient: true,
 			})
 			var wg sync.WaitGroup
@@ -130,8 +137,8 @@ func TestPriorityTrustOverGRPC(t *testing.T) {
 }
 
 func TestPrioritySheddingOrder(t *testing.T) {
-	s, err := NewServer(WithDefault(fixed(10)), WithPriorityHeader("X-Priority"), WithPriorityTrust(trustAll),
-		WithPriorityShares(PriorityShares{Default: 0.9, Sheddable: 0.5}))
+	s, err := NewServer(WithDefault(fixed(10)), WithPriorities(Priorities{Header: "X-Priority", Trusted: trustAll,
+		MaxClaimed: PriorityCritical, Shares: PriorityShares{Default: 0.9, Sheddable: 0.5}}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	r := s.tab.Load().lookup(unaryMethod)
@@ -170,7 +177,7 @@ func TestPrioritySheddingOrder(t *testing.T) {
 }
 
 func TestPriorityFromLimitAndHeader(t *testing.T) {
-	s, err := NewServer(WithPriorityHeader("x-priority"), WithPriorityTrust(trustAll),
+	s, err := NewServer(WithPriorities(Priorities{Header: "x-priority", Trusted: trustAll, MaxClaimed: PriorityCritical}),
 		WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 4}, Priority: PrioritySheddable}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
@@ -192,8 +199,8 @@ func TestPriorityFromLimitAndHeader(t *testing.T) {
 
 func TestPriorityNeverExceedsLimit(t *testing.T) {
 	const limit = 8
-	s, err := NewServer(WithDefault(fixed(limit)), WithPriorityHeader("x-priority"), WithPriorityTrust(trustAll),
-		WithPriorityShares(PriorityShares{Default: 0.75, Sheddable: 0.25}))
+	s, err := NewServer(WithDefault(fixed(limit)), WithPriorities(Priorities{Header: "x-priority", Trusted: trustAll,
+		MaxClaimed: PriorityCritical, Shares: PriorityShares{Default: 0.75, Sheddable: 0.25}}))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	r := s.tab.Load().lookup(unaryMethod)
@@ -225,7 +232,7 @@ func TestPriorityOverGRPC(t *testing.T) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
 	e := newEnv(t, svc, envConfig{
-		server:   []ServerOption{WithMethod(unaryMethod, fixed(2)), WithPriorityHeader("x-priority"), WithTrustedPeers("127.0.0.1/32", "::1/128")},
+		server:   []ServerOption{WithMethod(unaryMethod, fixed(2)), WithPriorities(Priorities{Header: "x-priority", TrustedPeers: []string{"127.0.0.1/32", "::1/128"}, MaxClaimed: PriorityCritical})},
 		noClient: true,
 	})
 	var wg sync.WaitGroup
@@ -252,18 +259,16 @@ func TestPriorityErrors(t *testing.T) {
 		opt  ServerOption
 		want string
 	}{
-		{"sheddable above default", WithPriorityShares(PriorityShares{Default: 0.5, Sheddable: 0.8}),
-			"interceptor: WithPriorityShares({Default:0.5 Sheddable:0.8}): want 0 < Sheddable <= Default <= 1"},
-		{"zero shares", WithPriorityShares(PriorityShares{}),
-			"interceptor: WithPriorityShares({Default:0 Sheddable:0}): want 0 < Sheddable <= Default <= 1"},
-		{"empty header", WithPriorityHeader(" "),
-			`interceptor: WithPriorityHeader(" "): a metadata key is required`},
-		{"bad trusted network", WithTrustedPeers("10.0.0.0/8", "10.0.0/8"),
-			`interceptor: WithTrustedPeers("10.0.0/8"): want an IP address or a network in CIDR notation, such as "10.0.0.0/8" or "fd00::/8"`},
-		{"nil trust func", WithPriorityTrust(nil),
-			"interceptor: WithPriorityTrust(nil): a func is required; omit the option to trust no caller"},
-		{"cap out of range", WithMaxClaimedPriority(3),
-			"interceptor: WithMaxClaimedPriority(Priority(3)): want PriorityCritical, PriorityDefault or PrioritySheddable"},
+		{"sheddable above default", WithPriorities(Priorities{Shares: PriorityShares{Default: 0.5, Sheddable: 0.8}}),
+			"interceptor: WithPriorities: Shares {Default:0.5 Sheddable:0.8}: want 0 < Sheddable <= Default <= 1"},
+		{"no sheddable share", WithPriorities(Priorities{Shares: PriorityShares{Default: 1}}),
+			"interceptor: WithPriorities: Shares {Default:1 Sheddable:0}: want 0 < Sheddable <= Default <= 1"},
+		{"blank header", WithPriorities(Priorities{Header: " "}),
+			`interceptor: WithPriorities: Header " ": want a metadata key, or empty for none`},
+		{"bad trusted network", WithPriorities(Priorities{TrustedPeers: []string{"10.0.0.0/8", "10.0.0/8"}}),
+			`interceptor: WithPriorities: TrustedPeers "10.0.0/8": want an IP address or a network in CIDR notation, such as "10.0.0.0/8" or "fd00::/8"`},
+		{"cap out of range", WithPriorities(Priorities{MaxClaimed: 3}),
+			"interceptor: WithPriorities: MaxClaimed Priority(3): want PriorityCritical, PriorityDefault or PrioritySheddable"},
 		{"priority out of range", WithDefault(Limit{Priority: 7}),
 			"interceptor: WithDefault: Limit.Priority is 7, must be PriorityCritical, PriorityDefault or PrioritySheddable"},
 	}

@@ -37,7 +37,7 @@ import (
 // never queues: a call of a Limit with a Queue, and the first call of each
 // method (whose limiter does not exist yet), are left to the interceptors
 // as without this option. The KeyFunc of WithCallerLimiter and the
-// trust function of WithPriorityHeader run there too and must be quick; a
+// trust function of WithPriorities run there too and must be quick; a
 // panic in either fails the call with INTERNAL (logged at most once a
 // second per limiter) and the connection goes on. A CallerLimiter given
 // to WithCallerLimiter may be remote and is never consulted there: with

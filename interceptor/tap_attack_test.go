@@ -241,12 +241,12 @@ var tapPanicCases = map[string]struct {
 		}
 		return "caller"
 	}, RateLimit{PerSecond: 1e6}, 0)}, codes.Internal},
-	"trust": {[]ServerOption{WithPriorityHeader("x-priority"), WithPriorityTrust(func(ctx context.Context) bool {
+	"trust": {[]ServerOption{WithPriorities(Priorities{Header: "x-priority", Trusted: func(ctx context.Context) bool {
 		if boom(ctx) {
 			panic("trust bug")
 		}
 		return true
-	})}, codes.Internal},
+	}})}, codes.Internal},
 	// Never consulted in the tap, which rejects the call at the full
 	// limit without asking it.
 	"caller limiter": {[]ServerOption{WithCallerLimiter(func(ctx context.Context, _ string) string {

@@ -104,7 +104,7 @@ type Config struct {
 	// interceptor.WithCallerLimiter with a ratelimit.Keyed). Unset: as built, none by default.
 	CallerLimit *CallerLimit `protobuf:"bytes,3,opt,name=caller_limit,json=callerLimit,proto3" json:"caller_limit,omitempty"`
 	// The metadata key a call may name its priority in
-	// (interceptor.WithPriorityHeader), for example "x-priority". Empty: as
+	// (interceptor.Priorities.Header), for example "x-priority". Empty: as
 	// built, none by default.
 	PriorityHeader string `protobuf:"bytes,4,opt,name=priority_header,json=priorityHeader,proto3" json:"priority_header,omitempty"`
 	// Puts every limit in a dry run (interceptor.WithDryRun): decisions are
