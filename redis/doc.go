@@ -14,7 +14,7 @@
 //
 // Redis is on the path of the calls: each decision is bounded by
 // WithTimeout, and when Redis is slow or down a failure policy decides
-// (WithFallback, the default, WithFailOpen, WithFailClosed) until Redis
+// (WithFailurePolicy: a Fallback by default, FailOpen, FailClosed) until Redis
 // answers again. The decisions metric counts who decided.
 //
 // A caller over its quota is not on Redis's path: the Limiter remembers

@@ -31,7 +31,7 @@ func Example() {
 	quota, err := sluiceredis.New(rdb, 100, 200,
 		sluiceredis.WithPrefix("orders-api:quota:"),
 		sluiceredis.WithTimeout(20*time.Millisecond),
-		sluiceredis.WithFallback(fallback),
+		sluiceredis.WithFailurePolicy(sluiceredis.Fallback(fallback)),
 	)
 	if err != nil {
 		log.Fatal(err)

@@ -57,8 +57,8 @@ const (
 const (
 	SourceRedis      = "redis"       // decided by Redis, or a denial of Redis remembered
 	SourceFallback   = "fallback"    // Redis failed: decided by the local fallback limiter
-	SourceFailOpen   = "fail_open"   // Redis failed: allowed by WithFailOpen
-	SourceFailClosed = "fail_closed" // Redis failed: rejected by WithFailClosed
+	SourceFailOpen   = "fail_open"   // Redis failed: allowed by FailOpen
+	SourceFailClosed = "fail_closed" // Redis failed: rejected by FailClosed
 )
 
 // MetricDecisions is the name of the counter of decisions, with attributes
@@ -127,34 +127,39 @@ func WithBackoff(d time.Duration) Option {
 	}
 }
 
-// WithFailOpen admits every call while Redis cannot decide: for quotas
-// that are a courtesy, where a rejected paying caller costs more than an
-// unlimited one. The concurrency limit still protects the server.
-func WithFailOpen() Option {
-	return func(c *config) { c.policy, c.fallback = policyOpen, nil }
+// A FailurePolicy decides the calls Redis cannot decide, being slow (over
+// WithTimeout) or unreachable: FailOpen, FailClosed or Fallback. The zero
+// FailurePolicy is the default, a Fallback to a ratelimit.Keyed of the
+// Limiter's rate and burst (DefaultFallbackKeys keys at most).
+type FailurePolicy struct {
+	policy   policy
+	fallback *ratelimit.Keyed
 }
 
-// WithFailClosed rejects every call while Redis cannot decide, with a
-// retry-after of the time left until Redis is tried again: for quotas
-// that must never be exceeded, as when they stand for a cost.
-func WithFailClosed() Option {
-	return func(c *config) { c.policy, c.fallback = policyClosed, nil }
+var (
+	// FailOpen admits every call while Redis cannot decide: for quotas
+	// that are a courtesy, where a rejected paying caller costs more than
+	// an unlimited one. The concurrency limit still protects the server.
+	FailOpen = FailurePolicy{policy: policyOpen}
+	// FailClosed rejects every call while Redis cannot decide, with a
+	// retry-after of the time left until Redis is tried again: for quotas
+	// that must never be exceeded, as when they stand for a cost.
+	FailClosed = FailurePolicy{policy: policyClosed}
+)
+
+// Fallback decides with g, a limiter of this process, while Redis cannot
+// decide. Each replica then enforces the quota on its own, as without
+// Redis, so a fleet of N admits up to N times the quota: give g a rate
+// divided by the number of replicas to keep to the quota instead. g's
+// state is not shared with Redis. A nil g is the default fallback.
+func Fallback(g *ratelimit.Keyed) FailurePolicy {
+	return FailurePolicy{policy: policyFallback, fallback: g}
 }
 
-// WithFallback decides with g, a limiter of this process, while Redis
-// cannot decide. It is the default, with a ratelimit.Keyed of the
-// Limiter's rate and burst (DefaultFallbackKeys keys at most): each
-// replica then enforces the quota on its own, as without Redis, so a
-// fleet of N admits up to N times the quota. Give g a rate divided by the
-// number of replicas to keep to the quota instead. g's state is not shared with Redis.
-func WithFallback(g *ratelimit.Keyed) Option {
-	return func(c *config) {
-		if g == nil {
-			c.errs = append(c.errs, errors.New("redis: WithFallback: the limiter is nil; use WithFailOpen or WithFailClosed for no fallback limiter"))
-			return
-		}
-		c.policy, c.fallback = policyFallback, g
-	}
+// WithFailurePolicy sets how calls are decided while Redis cannot decide
+// them; see FailurePolicy.
+func WithFailurePolicy(p FailurePolicy) Option {
+	return func(c *config) { c.policy, c.fallback = p.policy, p.fallback }
 }
 
 // WithMaxLocalKeys bounds the callers the Limiter remembers in this
@@ -204,7 +209,7 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 // WithMaxLocalKeys callers.
 //
 // When Redis is slow (over WithTimeout) or unreachable, the failure policy
-// decides (WithFallback, the default, WithFailOpen, WithFailClosed), and
+// decides (WithFailurePolicy: a Fallback by default, FailOpen, FailClosed), and
 // Redis is left alone for WithBackoff before one decision tries it again.
 // No decision waits longer than the timeout.
 //

@@ -80,7 +80,6 @@ func TestConfigErrors(t *testing.T) {
 		{"empty prefix", ok, 1, 1, []Option{WithPrefix("")}, `redis: WithPrefix: the prefix is empty; it keeps quotas apart from other keys, use e.g. "myapp:quota:"`},
 		{"zero timeout", ok, 1, 1, []Option{WithTimeout(0)}, "redis: WithTimeout(0s): must be > 0"},
 		{"negative backoff", ok, 1, 1, []Option{WithBackoff(-time.Second)}, "redis: WithBackoff(-1s): must be > 0"},
-		{"nil fallback", ok, 1, 1, []Option{WithFallback(nil)}, "redis: WithFallback: the limiter is nil; use WithFailOpen or WithFailClosed for no fallback limiter"},
 		{"no local memory", ok, 1, 1, []Option{WithMaxLocalKeys(0)}, "redis: WithMaxLocalKeys(0): must be >= 1; the memory is what spares Redis the calls of callers over their quota"},
 		{"all", noCtx, -1, -1, []Option{WithTimeout(-1)}, "redis: WithTimeout(-1ns): must be > 0\n" + errContextTimeout.Error() +
 			"\nredis: rate is -1, must be a number in [1e-09, 1e+06]\nredis: burst is -1, must be >= 1"},
@@ -248,7 +247,7 @@ func TestReplicasShareTheQuota(t *testing.T) {
 	const rate, burst = 200.0, 40 // the burst absorbs stalls of the callers' loops up to 200 ms
 	var replicas []*Limiter
 	for range 3 {
-		l, err := New(s.client(t), rate, burst, WithFailClosed())
+		l, err := New(s.client(t), rate, burst, WithFailurePolicy(FailClosed))
 		require.NoError(t, err)
 		replicas = append(replicas, l)
 	}
@@ -318,8 +317,8 @@ func TestRedisDownAndBack(t *testing.T) {
 		allowed bool
 	}{
 		{"fallback", nil, SourceFallback, true},
-		{"fail open", WithFailOpen(), SourceFailOpen, true},
-		{"fail closed", WithFailClosed(), SourceFailClosed, false},
+		{"fail open", WithFailurePolicy(FailOpen), SourceFailOpen, true},
+		{"fail closed", WithFailurePolicy(FailClosed), SourceFailClosed, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := startRedis(t)
@@ -364,7 +363,7 @@ func TestRedisDownAndBack(t *testing.T) {
 func TestSlowRedis(t *testing.T) {
 	s := startRedis(t)
 	mopt, decisions := reader(t)
-	l, err := New(s.client(t), 10, 10, mopt, WithFailClosed(), WithTimeout(20*time.Millisecond), WithBackoff(time.Hour))
+	l, err := New(s.client(t), 10, 10, mopt, WithFailurePolicy(FailClosed), WithTimeout(20*time.Millisecond), WithBackoff(time.Hour))
 	require.NoError(t, err)
 	require.True(t, allow(t, l, "k").Allowed)
 

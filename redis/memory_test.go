@@ -129,7 +129,7 @@ func TestRefundsKeepToTheQuota(t *testing.T) {
 func TestRememberedDenialWhileRedisIsDown(t *testing.T) {
 	s := startRedis(t)
 	mopt, decisions := reader(t)
-	l, clk := newStepLimiter(t, s, 10, 1, mopt, WithFailOpen(), WithTimeout(time.Second), WithBackoff(time.Hour))
+	l, clk := newStepLimiter(t, s, 10, 1, mopt, WithFailurePolicy(FailOpen), WithTimeout(time.Second), WithBackoff(time.Hour))
 	require.True(t, allow(t, l, "k").Allowed)
 	require.False(t, allow(t, l, "k").Allowed)
 
