@@ -10,15 +10,11 @@ import (
 // An Option configures a Service.
 type Option func(*Service)
 
-// Defaults of the watch stream bounds.
+// Defaults of the watch stream bounds: enough watches for a few
+// dashboards and operators, too few to matter as a load.
 const (
-	// DefaultMaxWatches is how many WatchLimits streams may be open at
-	// once unless WithMaxWatches says otherwise: enough for a few
-	// dashboards and operators, too few to matter as a load.
-	DefaultMaxWatches = 16
-	// DefaultWatchLifetime is how long a WatchLimits stream lasts unless
-	// WithWatchLifetime says otherwise.
-	DefaultWatchLifetime = 10 * time.Minute
+	defaultMaxWatches    = 16
+	defaultWatchLifetime = 10 * time.Minute
 )
 
 // WithAuthorizer admits the callers a admits. It can be given more than
@@ -92,7 +88,7 @@ func withClock(now func() time.Time) Option {
 }
 
 // WithMaxWatches bounds how many WatchLimits streams may be open at once
-// (DefaultMaxWatches by default), since each holds a goroutine and polls
+// (16 by default), since each holds a goroutine and polls
 // every limiter. A watch beyond it is refused with RESOURCE_EXHAUSTED.
 func WithMaxWatches(n int) Option {
 	return func(s *Service) {
@@ -105,7 +101,7 @@ func WithMaxWatches(n int) Option {
 }
 
 // WithWatchLifetime bounds how long one WatchLimits stream lasts
-// (DefaultWatchLifetime by default), so a forgotten watch does not hold
+// (10 minutes by default), so a forgotten watch does not hold
 // its slot for ever and a revoked operator stops seeing updates. At the
 // end the stream finishes with OK; a client that wants more watches again.
 func WithWatchLifetime(d time.Duration) Option {

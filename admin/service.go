@@ -33,8 +33,8 @@ type Limits interface {
 
 // Watch intervals: the default, and the shortest a caller may ask for.
 const (
-	DefaultWatchInterval = time.Second
-	MinWatchInterval     = 100 * time.Millisecond
+	defaultWatchInterval = time.Second
+	minWatchInterval     = 100 * time.Millisecond
 )
 
 // Service implements sluicev1.LimitsServiceServer over a Limits. Create
@@ -60,7 +60,7 @@ func NewService(limits Limits, opts ...Option) (*Service, error) {
 	if limits == nil {
 		return nil, errors.New("admin: NewService needs the Limits to serve (an *interceptor.Server or *interceptor.Client)")
 	}
-	s := &Service{limits: limits, maxWatches: DefaultMaxWatches, watchLifetime: DefaultWatchLifetime}
+	s := &Service{limits: limits, maxWatches: defaultMaxWatches, watchLifetime: defaultWatchLifetime}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
@@ -238,12 +238,12 @@ func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.Serv
 	if err != nil {
 		return err
 	}
-	interval := DefaultWatchInterval
+	interval := defaultWatchInterval
 	if req.GetInterval() != nil {
 		if err := req.GetInterval().CheckValid(); err != nil {
 			return status.Errorf(codes.InvalidArgument, "interval: %v", err)
 		}
-		interval = max(req.GetInterval().AsDuration(), MinWatchInterval)
+		interval = max(req.GetInterval().AsDuration(), minWatchInterval)
 	}
 	if n := s.watches.Add(1); n > int64(s.maxWatches) {
 		s.watches.Add(-1)

@@ -180,7 +180,7 @@ func TestWatchCadence(t *testing.T) {
 		w := &fakeWatch{ctx: ctx, sent: make(chan *sluicev1.WatchLimitsResponse, 100)}
 		done := make(chan error, 1)
 		go func() { done <- svc.WatchLimits(&sluicev1.WatchLimitsRequest{}, w) }()
-		time.Sleep(10*DefaultWatchInterval + DefaultWatchInterval/2) // fake time
+		time.Sleep(10*defaultWatchInterval + defaultWatchInterval/2) // fake time
 		synctest.Wait()
 		cancel()
 		require.NoError(t, <-done)

@@ -304,7 +304,7 @@ const lateFactor = 2
 // CheckRegistered reports the methods and services configured with
 // WithMethod or WithExempt that srv does not serve, typically a typo that
 // would otherwise leave a method on the default limit. Call it after
-// registering every service:
+// registering every service (srv is typically the *grpc.Server):
 //
 //	if err := limits.CheckRegistered(srv); err != nil { ... }
 //
@@ -317,7 +317,9 @@ const lateFactor = 2
 // exempt (and Reload creates them again), so that Limiters, the admin
 // service and the metrics show them from the start rather than from each
 // method's first call.
-func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
+func (s *Server) CheckRegistered(srv interface {
+	GetServiceInfo() map[string]grpc.ServiceInfo
+}) error {
 	info := srv.GetServiceInfo()
 	var served []string
 	for service, si := range info {
@@ -379,10 +381,4 @@ func isDefaultExempt(name string) bool {
 		}
 	}
 	return false
-}
-
-// A ServiceInfoProvider lists the services a server serves; *grpc.Server
-// is one.
-type ServiceInfoProvider interface {
-	GetServiceInfo() map[string]grpc.ServiceInfo
 }

@@ -91,8 +91,8 @@ func (c AIMDConfig) withDefaults() AIMDConfig {
 	return c
 }
 
-// Validate reports every invalid field of c, after defaults are applied.
-func (c AIMDConfig) Validate() error {
+// validate reports every invalid field of c, after defaults are applied.
+func (c AIMDConfig) validate() error {
 	c = c.withDefaults()
 	errs := []error{checkLimits("AIMDConfig", c.InitialLimit, c.MinLimit, c.MaxLimit)}
 	if !(c.BackoffRatio >= 0.5 && c.BackoffRatio < 1) {
@@ -122,7 +122,7 @@ func (c AIMDConfig) New() (Algorithm, error) {
 }
 
 func newAIMD(c AIMDConfig) (*aimd, error) {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	admitAll := c.InitialLimit == 0

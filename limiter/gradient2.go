@@ -63,8 +63,8 @@ func (c Gradient2Config) withDefaults() Gradient2Config {
 	return c
 }
 
-// Validate reports every invalid field of c, after defaults are applied.
-func (c Gradient2Config) Validate() error {
+// validate reports every invalid field of c, after defaults are applied.
+func (c Gradient2Config) validate() error {
 	c = c.withDefaults()
 	errs := []error{checkLimits("Gradient2Config", c.InitialLimit, c.MinLimit, c.MaxLimit)}
 	if c.QueueSize < 0 {
@@ -104,7 +104,7 @@ func (c Gradient2Config) New() (Algorithm, error) {
 }
 
 func newGradient2(c Gradient2Config) (*gradient2, error) {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	c = c.withDefaults()

@@ -72,8 +72,8 @@ func (c VegasConfig) withDefaults() VegasConfig {
 	return c
 }
 
-// Validate reports every invalid field of c, after defaults are applied.
-func (c VegasConfig) Validate() error {
+// validate reports every invalid field of c, after defaults are applied.
+func (c VegasConfig) validate() error {
 	c = c.withDefaults()
 	errs := []error{checkLimits("VegasConfig", c.InitialLimit, c.MinLimit, c.MaxLimit)}
 	if !(c.Alpha > 0) {
@@ -114,7 +114,7 @@ func (c VegasConfig) New() (Algorithm, error) {
 }
 
 func newVegas(c VegasConfig) (*vegas, error) {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	c = c.withDefaults()

@@ -17,7 +17,7 @@ import (
 )
 
 // minInterval is the shortest interval the admin service watches at
-// (admin.MinWatchInterval).
+// (100 ms, the admin service's floor).
 const minInterval = 100 * time.Millisecond
 
 // clearScreen moves the cursor home and clears the terminal.
