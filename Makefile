@@ -166,9 +166,9 @@ generate:
 
 ## check-generate: the committed generated code must match its sources.
 check-generate: generate
-	@git diff --exit-code -- internal/testpb proto >/dev/null && \
-		test -z "$$(git status --porcelain -- internal/testpb proto)" || \
-		{ echo "generated code is stale: run make generate and commit"; git status --short -- internal/testpb proto; exit 1; }
+	@git diff --exit-code -- internal/testbed/testpb proto >/dev/null && \
+		test -z "$$(git status --porcelain -- internal/testbed/testpb proto)" || \
+		{ echo "generated code is stale: run make generate and commit"; git status --short -- internal/testbed/testpb proto; exit 1; }
 
 fmt:
 	gofmt -w $$(git ls-files -co --exclude-standard '*.go')

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
 )

@@ -27,10 +27,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/internal/backend"
-	"github.com/sluice-go/sluice/internal/loadgen"
-	"github.com/sluice-go/sluice/internal/overload"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/overload"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
 // The overload matrix runs a grid of scenarios (offered load, backend kind,

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
 // BenchmarkUnaryOverhead times one unary call of testpb's echo service

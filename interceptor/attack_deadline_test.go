@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
 // work is a handler's own duration in these tests: long next to the

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
 // The load reports go to every client of the fleet: what one caller does

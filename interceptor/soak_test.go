@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/internal/backend"
+	"github.com/sluice-go/sluice/internal/testbed/backend"
 )
 
 var frontier = flag.Bool("frontier", false, "run TestFrontier: the default limit beside fixed limits at 0.8x and 1x, in virtual time (about a minute)")

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/internal/backend"
+	"github.com/sluice-go/sluice/internal/testbed/backend"
 )
 
 // steadyLittle returns the default rule past its first probes, at limit

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/internal/backend"
-	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
 )
 
 // overloadCase is a backend the default Limiter must protect without being

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/sluice-go/sluice/internal/backend"
+	"github.com/sluice-go/sluice/internal/testbed/backend"
 )
 
 // errQuota is a handler's own refusal: a per-caller quota, not overload.

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/internal/backend"
+	"github.com/sluice-go/sluice/internal/testbed/backend"
 )
 
 // TestSteadyStateKeepsWorkersBusy: under sustained overload the limit

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
 // commandCounter is a go-redis hook that counts the scripts a client

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
 // replica starts a gRPC server on loopback TCP whose per-caller quota is

@@ -25,7 +25,7 @@ import (
 
 	"github.com/sluice-go/sluice/admin"
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
 )

@@ -14,7 +14,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
 )
 
 // Colours of the chart's series.

@@ -33,7 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 	"github.com/sluice-go/sluice/ratelimit"
 )

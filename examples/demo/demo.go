@@ -9,7 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/sluice-go/sluice/internal/overload"
+	"github.com/sluice-go/sluice/internal/testbed/overload"
 )
 
 // run runs both passes of the demo and writes its files to o.Out.

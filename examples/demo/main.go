@@ -2,8 +2,8 @@
 // service whose backend is overloaded.
 //
 // One process runs a gRPC server whose handler calls a simulated backend
-// of C workers and service time S (internal/backend), and an open-loop
-// load generator (internal/loadgen) calling it through a plain gRPC client
+// of C workers and service time S (internal/testbed/backend), and an open-loop
+// load generator (internal/testbed/loadgen) calling it through a plain gRPC client
 // with a deadline of 10·S per call. The same load profile runs twice, each
 // time against a fresh server and backend: first "unprotected", with no
 // interceptors, then "sluice", with interceptor.NewServer() and no limiter

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
 )
 
 func TestMain(m *testing.M) {

@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/loadgen"
-	"github.com/sluice-go/sluice/internal/overload"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/overload"
 )
 
 // results is everything the demo measured, ready to print.
@@ -144,7 +144,7 @@ func (r results) writeMarkdown(w io.Writer) error {
 	p("")
 	p("- Backend: %s (%s); C = %d workers, service time S = %v (constant), so capacity C/S = %.0f calls/s.", o.Backend, kind, o.C, o.S, float64(o.C)/o.S.Seconds())
 	p("- Every call has a deadline of 10×S = %v.", o.deadline())
-	p("- Load: open-loop Poisson arrivals (internal/loadgen), seed %d; both runs get the same arrival times.", o.Seed)
+	p("- Load: open-loop Poisson arrivals (internal/testbed/loadgen), seed %d; both runs get the same arrival times.", o.Seed)
 	opts := "no options"
 	if o.MetricsAddr != "" {
 		opts = "no options but `WithMeterProvider` (it only routes the metrics to -metrics-addr)"

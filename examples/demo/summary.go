@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
 )
 
 // A phaseRow summarizes one run's calls that arrived in one phase, after

@@ -2,13 +2,13 @@
 // traffic across a fleet of unequal servers.
 //
 // One process runs three gRPC servers whose handlers call simulated FIFO
-// backends (internal/backend) of 16, 8 and 4 workers with the same service
+// backends (internal/testbed/backend) of 16, 8 and 4 workers with the same service
 // time S, each with sluice's server defaults and load reports on:
 //
 //	limits, err := interceptor.NewServer(interceptor.WithLoadReports())
 //	srv := grpc.NewServer(limits.ServerOptions()...)
 //
-// One client sends open-loop Poisson load (internal/loadgen) of 0.9× the
+// One client sends open-loop Poisson load (internal/testbed/loadgen) of 0.9× the
 // fleet's capacity, deadline 10·S, twice: first balanced by round_robin,
 // which gives each server a third, then by weighted_round_robin, which
 // weights each server by the reports its calls bring back. Each run has
@@ -56,9 +56,9 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/internal/fleet"
-	"github.com/sluice-go/sluice/internal/loadgen"
-	"github.com/sluice-go/sluice/internal/overload"
+	"github.com/sluice-go/sluice/internal/testbed/fleet"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/overload"
 	"github.com/sluice-go/sluice/limiter"
 )
 

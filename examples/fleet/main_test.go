@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sluice-go/sluice/internal/fleet"
+	"github.com/sluice-go/sluice/internal/testbed/fleet"
 )
 
 func TestMain(m *testing.M) {

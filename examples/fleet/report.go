@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/fleet"
+	"github.com/sluice-go/sluice/internal/testbed/fleet"
 )
 
 // Issue 32's target for weighted_round_robin + load reports in the first

@@ -427,7 +427,7 @@ const file_sluice_test_v1_test_proto_rawDesc = "" +
 	"\x05Unary\x12\x1c.sluice.test.v1.UnaryRequest\x1a\x1d.sluice.test.v1.UnaryResponse\x12[\n" +
 	"\fServerStream\x12#.sluice.test.v1.ServerStreamRequest\x1a$.sluice.test.v1.ServerStreamResponse0\x01\x12[\n" +
 	"\fClientStream\x12#.sluice.test.v1.ClientStreamRequest\x1a$.sluice.test.v1.ClientStreamResponse(\x01\x12E\n" +
-	"\x04Bidi\x12\x1b.sluice.test.v1.BidiRequest\x1a\x1c.sluice.test.v1.BidiResponse(\x010\x01B-Z+github.com/sluice-go/sluice/internal/testpbb\x06proto3"
+	"\x04Bidi\x12\x1b.sluice.test.v1.BidiRequest\x1a\x1c.sluice.test.v1.BidiResponse(\x010\x01B5Z3github.com/sluice-go/sluice/internal/testbed/testpbb\x06proto3"
 
 var (
 	file_sluice_test_v1_test_proto_rawDescOnce sync.Once

@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/sluice-go/sluice/interceptor"
-	"github.com/sluice-go/sluice/internal/backend"
-	"github.com/sluice-go/sluice/internal/loadgen"
-	"github.com/sluice-go/sluice/internal/overload"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/overload"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
 // WRR is the weighted_round_robin configuration of the fleet runs, chosen

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-go/sluice/internal/backend"
-	"github.com/sluice-go/sluice/internal/loadgen"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
 func TestMain(m *testing.M) {

@@ -1,5 +1,5 @@
 // Package overload holds the pieces shared by the overload runs of the
-// demo (examples/demo), the fleet (internal/fleet, examples/fleet) and the
+// demo (examples/demo), the fleet (internal/testbed/fleet, examples/fleet) and the
 // peer comparison (bench): a gRPC service in front of a simulated backend,
 // the client side's classification of results, and the measurements around
 // a run (CPU, timer lag, load average).
@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-go/sluice/internal/backend"
-	"github.com/sluice-go/sluice/internal/loadgen"
-	"github.com/sluice-go/sluice/internal/testpb"
+	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
 // Service returns a test service whose Unary handler waits for be. A
