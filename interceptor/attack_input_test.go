@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
@@ -38,7 +39,7 @@ func TestMetadataKeyAppendedByProxy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, &testpb.Service{}, envConfig{
-				server:   []ServerOption{callerRateLimit(MetadataKey("x-tenant"), RateLimit{PerSecond: 0.001, Burst: 1}, 0)},
+				server:   []ServerOption{callerRateLimit(callerkey.Metadata("x-tenant"), RateLimit{PerSecond: 0.001, Burst: 1}, 0)},
 				noClient: true,
 			})
 			passed := 0
@@ -107,7 +108,7 @@ func TestIPv6PrefixQuota(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("prefix %d", tt.prefix), func(t *testing.T) {
-			key, err := IPKey{IPv6Prefix: tt.prefix, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}.KeyFunc()
+			key, err := callerkey.IP{IPv6Prefix: tt.prefix, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}.Func()
 			require.NoError(t, err)
 			e := newEnv(t, &testpb.Service{}, envConfig{
 				server:   []ServerOption{callerRateLimit(key, RateLimit{PerSecond: 0.001, Burst: 1}, 0)},

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -19,7 +20,7 @@ import (
 func TestCallerTableFlood(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
 		server: []ServerOption{
-			callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 64),
+			callerRateLimit(callerkey.Metadata("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 64),
 		},
 		noClient: true,
 	})
@@ -43,7 +44,7 @@ func TestCallerOverQuotaKeepsMethodRate(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
 		server: []ServerOption{
 			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 10}}),
-			callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
+			callerRateLimit(callerkey.Metadata("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
 		},
 		noClient: true,
 	})
@@ -74,7 +75,7 @@ func TestRejectedByMethodRateKeepsCallerQuota(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
 		server: []ServerOption{
 			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 1}}),
-			callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
+			callerRateLimit(callerkey.Metadata("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
 		},
 		noClient: true,
 	})
@@ -97,7 +98,7 @@ func TestRejectedByMethodRateKeepsCallerQuota(t *testing.T) {
 // config file that does not mention them.
 func TestReloadKeepsCodeOptions(t *testing.T) {
 	s, err := NewServer(
-		callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
+		callerRateLimit(callerkey.Metadata("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0),
 		WithPriorities(Priorities{Header: "x-priority"}),
 	)
 	require.NoError(t, err)
@@ -121,7 +122,7 @@ func TestReloadKeepsCodeOptions(t *testing.T) {
 func TestConcurrencyRejectionRefundsRates(t *testing.T) {
 	s, err := NewServer(
 		WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Rate: RateLimit{PerSecond: 0.001, Burst: 2}}),
-		callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 2}, 0),
+		callerRateLimit(callerkey.Metadata("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 2}, 0),
 	)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -39,7 +40,7 @@ func TestWithCallerLimiter(t *testing.T) {
 	l := &countingLimiter{Keyed: g}
 	e := newEnv(t, &testpb.Service{}, envConfig{
 		server: []ServerOption{
-			WithCallerLimiter(MetadataKey("x-api-key"), l),
+			WithCallerLimiter(callerkey.Metadata("x-api-key"), l),
 			WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: 0.001, Burst: 2}}),
 		},
 		noClient: true,
@@ -89,8 +90,8 @@ func TestWithCallerLimiterErrors(t *testing.T) {
 		want string
 	}{
 		{"nil key func", []ServerOption{WithCallerLimiter(nil, g)},
-			`interceptor: WithCallerLimiter: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own`},
-		{"nil limiter", []ServerOption{WithCallerLimiter(PeerIP, nil)},
+			`interceptor: WithCallerLimiter: the callerkey.Func is nil; use callerkey.PeerIP, callerkey.PeerIdentity, an callerkey.IP, MetadataKey or a func of your own`},
+		{"nil limiter", []ServerOption{WithCallerLimiter(callerkey.PeerIP, nil)},
 			`interceptor: WithCallerLimiter: the CallerLimiter is nil; use a ratelimit.Keyed for a quota of this process`},
 	}
 	for _, tt := range tests {
@@ -106,7 +107,7 @@ func TestWithCallerLimiterErrors(t *testing.T) {
 func TestWithCallerLimiterLastWins(t *testing.T) {
 	g, err := ratelimit.NewKeyed(1, 1)
 	require.NoError(t, err)
-	s, err := NewServer(callerRateLimit(PeerIP, RateLimit{PerSecond: 5}, 0), WithCallerLimiter(PeerIP, g))
+	s, err := NewServer(callerRateLimit(callerkey.PeerIP, RateLimit{PerSecond: 5}, 0), WithCallerLimiter(callerkey.PeerIP, g))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	assert.Same(t, g, s.tab.Load().callers.lim)
@@ -114,7 +115,7 @@ func TestWithCallerLimiterLastWins(t *testing.T) {
 	require.NoError(t, s.Reload())
 	assert.Same(t, g, s.tab.Load().callers.lim)
 
-	require.NoError(t, s.Reload(callerRateLimit(PeerIP, RateLimit{PerSecond: 5}, 0)))
+	require.NoError(t, s.Reload(callerRateLimit(callerkey.PeerIP, RateLimit{PerSecond: 5}, 0)))
 	cl := s.tab.Load().callers
 	require.NotNil(t, cl.gcra)
 	assert.Same(t, cl.gcra, cl.lim)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -258,11 +259,11 @@ func ConfigOptions(c *sluicev1.Config) ([]ServerOption, error) {
 	return opts, nil
 }
 
-// cfgKeyFunc returns the KeyFunc of a valid caller limit.
-func cfgKeyFunc(cl *sluicev1.CallerLimit) KeyFunc {
+// cfgKeyFunc returns the callerkey.Func of a valid caller limit.
+func cfgKeyFunc(cl *sluicev1.CallerLimit) callerkey.Func {
 	switch k := cl.GetKey().(type) {
 	case *sluicev1.CallerLimit_Ip:
-		ip := IPKey{
+		ip := callerkey.IP{
 			IPv4Prefix: int(k.Ip.GetIpv4Prefix()),
 			IPv6Prefix: int(k.Ip.GetIpv6Prefix()),
 			Header:     k.Ip.GetHeader(),
@@ -270,13 +271,13 @@ func cfgKeyFunc(cl *sluicev1.CallerLimit) KeyFunc {
 		for _, p := range k.Ip.GetTrustedProxies() {
 			ip.TrustedProxies = append(ip.TrustedProxies, netip.MustParsePrefix(p)) // checked
 		}
-		if f, err := ip.KeyFunc(); err == nil {
+		if f, err := ip.Func(); err == nil {
 			return f
 		}
 	case *sluicev1.CallerLimit_PeerIdentity:
-		return PeerIdentity
+		return callerkey.PeerIdentity
 	case *sluicev1.CallerLimit_Metadata:
-		return MetadataKey(k.Metadata.GetHeader())
+		return callerkey.Metadata(k.Metadata.GetHeader())
 	}
 	return nil // checked by cfgCheckCallerLimit
 }
@@ -667,10 +668,10 @@ func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit)
 	case *sluicev1.CallerLimit_Ip:
 		p := path + ".ip"
 		if n := k.Ip.GetIpv4Prefix(); n < 0 || n > 32 {
-			ps.add(p+".ipv4_prefix", "%d is not in [1, 32] (0 for %d)", n, defaultIPv4Prefix)
+			ps.add(p+".ipv4_prefix", "%d is not in [1, 32] (0 for 32)", n)
 		}
 		if n := k.Ip.GetIpv6Prefix(); n < 0 || n > 128 {
-			ps.add(p+".ipv6_prefix", "%d is not in [1, 128] (0 for %d)", n, defaultIPv6Prefix)
+			ps.add(p+".ipv6_prefix", "%d is not in [1, 128] (0 for 64)", n)
 		}
 		for i, s := range k.Ip.GetTrustedProxies() {
 			if _, err := netip.ParsePrefix(s); err != nil {

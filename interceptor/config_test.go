@@ -529,7 +529,7 @@ func TestConfigCallerLimitErrors(t *testing.T) {
 }
 
 // TestConfigCallerLimitApplies: a quota from the file limits callers, each
-// key kind naming them as its KeyFunc does.
+// key kind naming them as its callerkey.Func does.
 func TestConfigCallerLimitApplies(t *testing.T) {
 	tests := []struct {
 		name string

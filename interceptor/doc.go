@@ -29,11 +29,12 @@
 // A Limit may also carry a RateLimit, a fixed calls-per-second contract
 // checked before the adaptive concurrency limit, and WithCallerLimiter
 // gives each caller a quota of its own (a ratelimit.Keyed, or one shared
-// by a fleet in Redis), checked first. Name callers by
-// something they cannot forge: PeerIdentity (the verified mTLS
-// certificate), PeerIP (IPv6 by /64: the holder of a /48 has 65,536
-// quotas; an IPKey chooses the prefix), an IPKey that believes
-// X-Forwarded-For only as far as your own proxies wrote it, or MetadataKey
+// by a fleet in Redis), checked first. Name callers (package callerkey)
+// by something they cannot forge: callerkey.PeerIdentity (the verified
+// mTLS certificate), callerkey.PeerIP (IPv6 by /64: the holder of a /48
+// has 65,536 quotas; a callerkey.IP chooses the prefix), a callerkey.IP
+// that believes X-Forwarded-For only as far as your own proxies wrote it,
+// or callerkey.Metadata
 // for a header the server checks itself (an API key). Calls over a rate
 // get RESOURCE_EXHAUSTED with the exact wait in the grpc-retry-pushback-ms
 // trailer and in a google.rpc.RetryInfo detail.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/limiter"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -98,7 +99,7 @@ func ExampleWithCallerLimiter() {
 		interceptor.WithMethod("/shop.v1.Search/Query", interceptor.Limit{
 			Rate: interceptor.RateLimit{PerSecond: 200, Burst: 50},
 		}),
-		interceptor.WithCallerLimiter(interceptor.MetadataKey("x-api-key"), quota),
+		interceptor.WithCallerLimiter(callerkey.Metadata("x-api-key"), quota),
 	)
 	if err != nil {
 		log.Fatal(err)

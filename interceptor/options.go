@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/limiter"
 )
 
@@ -121,7 +122,7 @@ type config struct {
 	pushback       PushbackFunc
 	maxHold        time.Duration
 	provider       metric.MeterProvider
-	callerKey      KeyFunc
+	callerKey      callerkey.Func
 	callerRate     RateLimit
 	callerLimiter  CallerLimiter // WithCallerLimiter's, nil for a file's caller_limit
 	maxCallers     int

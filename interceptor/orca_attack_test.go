@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
@@ -26,7 +27,7 @@ import (
 func TestAttackLoadReportsCallerQuota(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true, server: []ServerOption{
 		WithLoadReports(),
-		callerRateLimit(MetadataKey("caller"), RateLimit{PerSecond: 1, Burst: 1}, 0),
+		callerRateLimit(callerkey.Metadata("caller"), RateLimit{PerSecond: 1, Burst: 1}, 0),
 	}})
 	as := func(caller string) context.Context {
 		return metadata.AppendToOutgoingContext(t.Context(), "caller", caller)

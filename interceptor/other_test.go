@@ -103,7 +103,7 @@ func TestUnknownMethodsKeepConfiguredEntries(t *testing.T) {
 		require.NotNil(t, r.gate, tt.method)
 		assert.Equal(t, tt.limiter, r.gate.name, tt.method)
 		assert.Equal(t, tt.limit, r.gate.lim.Limit(), tt.method)
-		assert.Equal(t, tt.method, r.full, "a KeyFunc still sees the real method")
+		assert.Equal(t, tt.method, r.full, "a callerkey.Func still sees the real method")
 	}
 	assert.Nil(t, tab.lookupOther("/c.Svc/X").gate, "exempt")
 	assert.Nil(t, tab.lookupOther("/grpc.health.v1.Health/Check").gate, "exempt by default")

@@ -96,7 +96,7 @@ func TestServerPanickingPushbackReleasesPermit(t *testing.T) {
 	}
 }
 
-// A KeyFunc runs before any permit is taken: its panic costs none.
+// A callerkey.Func runs before any permit is taken: its panic costs none.
 func TestServerPanickingKeyFuncTakesNoPermit(t *testing.T) {
 	key := func(context.Context, string) string { panic("key bug") }
 	e := newEnv(t, &testpb.Service{}, envConfig{

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/limiter"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -49,12 +50,7 @@ func (r RateLimit) String() string {
 	return fmt.Sprintf("%g/s (burst %d)", r.PerSecond, r.burst())
 }
 
-// A KeyFunc names the caller of a call for WithCallerLimiter. Calls for
-// which it returns "" share one bucket: callers that cannot be told apart
-// are limited together rather than not at all.
-type KeyFunc func(ctx context.Context, fullMethod string) string
-
-// anonymous is the GCRA key of calls whose KeyFunc returned "". Real keys
+// anonymous is the GCRA key of calls whose callerkey.Func returned "". Real keys
 // come from metadata or addresses, which never contain a NUL byte.
 const anonymous = "\x00anonymous"
 
@@ -84,7 +80,7 @@ type CallerLimiter interface {
 //
 //	quota, err := ratelimit.NewKeyed(20, 40) // per caller: 20 calls a second, bursts of 40
 //	...
-//	interceptor.WithCallerLimiter(interceptor.MetadataKey("x-api-key"), quota)
+//	interceptor.WithCallerLimiter(callerkey.Metadata("x-api-key"), quota)
 //
 // The quota is checked before the method's rate and its concurrency
 // limit, so a caller over its quota spends nothing the method's other
@@ -94,11 +90,11 @@ type CallerLimiter interface {
 // detail. l bounds its own memory (ratelimit.WithMaxKeys), so that a flood
 // of made-up caller keys cannot exhaust it. A Reload keeps the state of l,
 // which it does not own.
-func WithCallerLimiter(key KeyFunc, l CallerLimiter) ServerOption {
+func WithCallerLimiter(key callerkey.Func, l CallerLimiter) ServerOption {
 	return serverOption(func(c *config) {
 		switch {
 		case key == nil:
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the KeyFunc is nil; use PeerIP, PeerIdentity, an IPKey, MetadataKey or a func of your own"))
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the callerkey.Func is nil; use callerkey.PeerIP, callerkey.PeerIdentity, an callerkey.IP, MetadataKey or a func of your own"))
 		case l == nil:
 			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the CallerLimiter is nil; use a ratelimit.Keyed for a quota of this process"))
 		default:
@@ -111,14 +107,14 @@ func WithCallerLimiter(key KeyFunc, l CallerLimiter) ServerOption {
 // per caller in a ratelimit.Keyed of this process, tracking at most
 // maxCallers (0: defaultMaxCallers). A Reload with the same r and
 // maxCallers keeps the callers' state.
-func callerRateLimit(key KeyFunc, r RateLimit, maxCallers int) ServerOption {
+func callerRateLimit(key callerkey.Func, r RateLimit, maxCallers int) ServerOption {
 	return serverOption(func(c *config) {
 		c.callerKey, c.callerRate, c.callerLimiter, c.maxCallers = key, r, nil, maxCallers
 	})
 }
 
 type callerLimit struct {
-	key        KeyFunc
+	key        callerkey.Func
 	rate       RateLimit
 	maxCallers int
 	gcra       *ratelimit.Keyed // a file's quota of this process, nil with WithCallerLimiter

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
 
@@ -77,7 +78,7 @@ func TestRateRejectRoundsUp(t *testing.T) {
 
 func TestCallerRateLimit(t *testing.T) {
 	e := newEnv(t, &testpb.Service{}, envConfig{
-		server:   []ServerOption{callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0)},
+		server:   []ServerOption{callerRateLimit(callerkey.Metadata("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0)},
 		noClient: true,
 	})
 	call := func(key string) error {
@@ -134,7 +135,7 @@ func TestPeerIP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, PeerIP(tt.ctx, unaryMethod))
+			assert.Equal(t, tt.want, callerkey.PeerIP(tt.ctx, unaryMethod))
 		})
 	}
 }
@@ -160,7 +161,7 @@ func TestMetadataKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, MetadataKey(tt.key)(tt.ctx, unaryMethod))
+			assert.Equal(t, tt.want, callerkey.Metadata(tt.key)(tt.ctx, unaryMethod))
 		})
 	}
 }
@@ -175,7 +176,7 @@ func TestRateLimitErrors(t *testing.T) {
 			`interceptor: WithMethod("/sluice.test.v1.TestService/Unary"): Limit.Rate: ratelimit: Bucket rate is -1, must be a finite number > 0`},
 		{"negative burst", []ServerOption{WithDefault(Limit{Rate: RateLimit{PerSecond: 5, Burst: -2}})},
 			`interceptor: WithDefault: Limit.Rate: ratelimit: Bucket burst is -2, must be >= 1`},
-		{"zero caller rate", []ServerOption{callerRateLimit(PeerIP, RateLimit{}, 0)},
+		{"zero caller rate", []ServerOption{callerRateLimit(callerkey.PeerIP, RateLimit{}, 0)},
 			`interceptor: caller limit: RateLimit.PerSecond is 0, must be > 0`},
 	}
 	for _, tt := range tests {

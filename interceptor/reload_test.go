@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -162,7 +163,7 @@ func TestReloadUnderLoad(t *testing.T) {
 
 func TestReloadLayersOverBuiltWith(t *testing.T) {
 	s, err := NewServer(WithMethod(unaryMethod, fixed(3)), WithDefault(fixed(5)),
-		callerRateLimit(PeerIP, RateLimit{PerSecond: 1}, 0))
+		callerRateLimit(callerkey.PeerIP, RateLimit{PerSecond: 1}, 0))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	other := "/other.v1.Svc/Get"
@@ -177,7 +178,7 @@ func TestReloadLayersOverBuiltWith(t *testing.T) {
 		{"nothing: as built", nil, 3, 5, RateLimit{PerSecond: 1}, "", false},
 		{"a method replaced", []ServerOption{WithMethod(unaryMethod, fixed(7))}, 7, 5, RateLimit{PerSecond: 1}, "", false},
 		{"the default replaced, the method as built", []ServerOption{WithDefault(fixed(9))}, 3, 9, RateLimit{PerSecond: 1}, "", false},
-		{"the quota replaced", []ServerOption{callerRateLimit(PeerIP, RateLimit{PerSecond: 2}, 0)}, 3, 5, RateLimit{PerSecond: 2}, "", false},
+		{"the quota replaced", []ServerOption{callerRateLimit(callerkey.PeerIP, RateLimit{PerSecond: 2}, 0)}, 3, 5, RateLimit{PerSecond: 2}, "", false},
 		{"a method made exempt", []ServerOption{WithExempt(unaryMethod)}, 0, 5, RateLimit{PerSecond: 1}, "", true},
 		{"twice in one layer", []ServerOption{WithMethod(unaryMethod, fixed(7)), WithMethod(unaryMethod, fixed(8))}, 3, 5, RateLimit{PerSecond: 1},
 			`interceptor: method "/sluice.test.v1.TestService/Unary" is configured twice`, false},

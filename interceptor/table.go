@@ -465,7 +465,7 @@ func (t *table) otherKey(fullMethod string) string {
 }
 
 // withMethod returns a copy of the shared route r naming the call's own
-// method, for the KeyFunc and the rejection message; the limiter and the
+// method, for the callerkey.Func and the rejection message; the limiter and the
 // metric attributes stay r's. Only unknown methods pay this allocation.
 func (t *table) withMethod(r *route, fullMethod string) *route {
 	c := *r

@@ -36,7 +36,7 @@ import (
 // The tap runs on the connection's reader, which must not wait, so it
 // never queues: a call of a Limit with a Queue, and the first call of each
 // method (whose limiter does not exist yet), are left to the interceptors
-// as without this option. The KeyFunc of WithCallerLimiter and the
+// as without this option. The callerkey.Func of WithCallerLimiter and the
 // trust function of WithPriorities run there too and must be quick; a
 // panic in either fails the call with INTERNAL (logged at most once a
 // second per limiter) and the connection goes on. A CallerLimiter given
@@ -120,7 +120,7 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (_ context.Context, er
 		if done {
 			return
 		}
-		// User code (the KeyFunc, the priority trust function) panicked.
+		// User code (the callerkey.Func, the priority trust function) panicked.
 		v := recover()
 		if tok.Held() {
 			s.release(ctx, r, &tok, limiter.Ignored, false)

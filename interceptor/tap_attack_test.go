@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -356,7 +357,7 @@ func (l *blockingCallerLimiter) Refund(string) {}
 func TestAttackTapRemoteCallerLimiter(t *testing.T) {
 	cl := &blockingCallerLimiter{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	e := newEnv(t, &testpb.Service{}, envConfig{noClient: true,
-		server: []ServerOption{WithEarlyRejection(), WithCallerLimiter(MetadataKey("caller"), cl)}})
+		server: []ServerOption{WithEarlyRejection(), WithCallerLimiter(callerkey.Metadata("caller"), cl)}})
 	as := func(ctx context.Context, caller string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, "caller", caller)
 	}

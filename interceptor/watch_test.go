@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/callerkey"
 )
 
 func TestWatchConfig(t *testing.T) {
@@ -80,7 +82,7 @@ func TestWatchConfigLayersOverCode(t *testing.T) {
 		write(`{"default": {"fixed": {"limit": 3}}, "methods": [{"name": [{"service": "sluice.test.v1.TestService", "method": "Unary"}], "limit": {"fixed": {"limit": 4}}}]}`)
 		opts, err := LoadConfig(path)
 		require.NoError(t, err)
-		s, err := NewServer(append(opts, callerRateLimit(MetadataKey("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0))...)
+		s, err := NewServer(append(opts, callerRateLimit(callerkey.Metadata("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0))...)
 		require.NoError(t, err)
 		defer func() { assert.NoError(t, s.Close()) }()
 		limit := func() int { return gateOf(s.core, unaryMethod).lim.Limit() }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
@@ -110,7 +111,7 @@ func TestAttackRefundFlood(t *testing.T) {
 	l, err := New(c, 0.01, 5)
 	require.NoError(t, err)
 	client := serve(t,
-		interceptor.WithCallerLimiter(interceptor.MetadataKey("x-api-key"), l),
+		interceptor.WithCallerLimiter(callerkey.Metadata("x-api-key"), l),
 		interceptor.WithDefault(interceptor.Limit{Rate: interceptor.RateLimit{PerSecond: 0.001, Burst: 1}}))
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "attacker")
 	codesSeen := map[codes.Code]int{}

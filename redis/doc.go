@@ -10,7 +10,7 @@
 //	rdb := goredis.NewClient(&goredis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
 //	quota, err := redis.New(rdb, 100, 200) // 100 calls/s per caller, bursts of 200
 //	...
-//	srv, err := interceptor.NewServer(interceptor.WithCallerLimiter(interceptor.PeerIP, quota))
+//	srv, err := interceptor.NewServer(interceptor.WithCallerLimiter(callerkey.PeerIP, quota))
 //
 // Redis is on the path of the calls: each decision is bounded by
 // WithTimeout, and when Redis is slow or down a failure policy decides

@@ -7,6 +7,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/ratelimit"
 	sluiceredis "github.com/sluice-go/sluice/redis"
@@ -36,7 +37,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := interceptor.NewServer(interceptor.WithCallerLimiter(interceptor.MetadataKey("x-api-key"), quota))
+	srv, err := interceptor.NewServer(interceptor.WithCallerLimiter(callerkey.Metadata("x-api-key"), quota))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -407,7 +408,7 @@ func TestServerWithRedisQuota(t *testing.T) {
 	s := startRedis(t)
 	l, err := New(s.client(t), 1, 1)
 	require.NoError(t, err)
-	srv, err := interceptor.NewServer(interceptor.WithCallerLimiter(interceptor.PeerIP, l))
+	srv, err := interceptor.NewServer(interceptor.WithCallerLimiter(callerkey.PeerIP, l))
 	require.NoError(t, err)
 	require.NoError(t, srv.Close())
 	assert.True(t, strings.HasPrefix(l.String(), "redis.Limiter(rate=1/s"))

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
@@ -20,7 +21,7 @@ import (
 // l, keyed by the x-api-key header, and returns a client of it.
 func replica(t *testing.T, l *Limiter) testpb.TestServiceClient {
 	t.Helper()
-	return serve(t, interceptor.WithCallerLimiter(interceptor.MetadataKey("x-api-key"), l))
+	return serve(t, interceptor.WithCallerLimiter(callerkey.Metadata("x-api-key"), l))
 }
 
 // serve starts a gRPC server on loopback TCP with the interceptors of

@@ -6,8 +6,8 @@ import (
 	grpcratelimit "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/examples/middleware"
-	"github.com/sluice-go/sluice/interceptor"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -21,7 +21,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rl := middleware.Limiter{Rate: rate, Callers: quota, Key: interceptor.PeerIP}
+	rl := middleware.Limiter{Rate: rate, Callers: quota, Key: callerkey.PeerIP}
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(grpcratelimit.UnaryServerInterceptor(rl)),
 		grpc.ChainStreamInterceptor(grpcratelimit.StreamServerInterceptor(rl)),

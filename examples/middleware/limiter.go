@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/sluice-go/sluice/interceptor"
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -15,9 +15,9 @@ import (
 // over it spends nothing of the shared rate; a token the quota took is
 // given back when the shared rate turns the call away.
 type Limiter struct {
-	Rate    *ratelimit.Bucket   // the rate of all calls; nil for none
-	Callers *ratelimit.Keyed    // each caller's quota; nil for none
-	Key     interceptor.KeyFunc // names a call's caller for Callers
+	Rate    *ratelimit.Bucket // the rate of all calls; nil for none
+	Callers *ratelimit.Keyed  // each caller's quota; nil for none
+	Key     callerkey.Func    // names a call's caller for Callers
 }
 
 // Limit admits or rejects one call.

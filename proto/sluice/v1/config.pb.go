@@ -283,21 +283,21 @@ type isCallerLimit_Key interface {
 }
 
 type CallerLimit_Ip struct {
-	// By IP address (interceptor.IPKey): the connection's, or behind
+	// By IP address (callerkey.IP): the connection's, or behind
 	// trusted proxies, the rightmost address they did not write
 	// themselves.
 	Ip *IpKey `protobuf:"bytes,2,opt,name=ip,proto3,oneof"`
 }
 
 type CallerLimit_PeerIdentity struct {
-	// By the verified mTLS client certificate (interceptor.PeerIdentity):
+	// By the verified mTLS client certificate (callerkey.PeerIdentity):
 	// its first URI SAN, else first DNS SAN, else subject. Calls without
 	// one share one quota.
 	PeerIdentity *PeerIdentityKey `protobuf:"bytes,3,opt,name=peer_identity,json=peerIdentity,proto3,oneof"`
 }
 
 type CallerLimit_Metadata struct {
-	// By a metadata header (interceptor.MetadataKey): its last value, and
+	// By a metadata header (callerkey.Metadata): its last value, and
 	// of a comma-separated value the last element, which is what a proxy
 	// that appends its own verdict wrote. Only for a header the server
 	// itself checks, such as an API key or a tenant set by a proxy it
@@ -311,7 +311,7 @@ func (*CallerLimit_PeerIdentity) isCallerLimit_Key() {}
 
 func (*CallerLimit_Metadata) isCallerLimit_Key() {}
 
-// IpKey names callers by IP address (interceptor.IPKey).
+// IpKey names callers by IP address (callerkey.IP).
 type IpKey struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many leading bits of an IPv4 address name a caller, in [1, 32].

@@ -1,4 +1,4 @@
-package interceptor
+package callerkey
 
 import (
 	"context"
@@ -13,35 +13,40 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// Default prefix lengths of IPKey. One host has one IPv4 address, but is
+// A Func names the caller of a call, for interceptor.WithCallerLimiter.
+// Calls for which it returns "" share one quota: callers that cannot be
+// told apart are limited together rather than not at all.
+type Func func(ctx context.Context, fullMethod string) string
+
+// Default prefix lengths of IP. One host has one IPv4 address, but is
 // usually given a whole IPv6 /64: keyed by full address, one host would
-// be 2^64 callers. A site usually holds a /48, 65,536 /64s: see IPKey.
+// be 2^64 callers. A site usually holds a /48, 65,536 /64s: see IP.
 const (
 	defaultIPv4Prefix = 32
 	defaultIPv6Prefix = 64
 )
 
-// defaultForwardedHeader is the header IPKey reads when it trusts proxies
+// defaultForwardedHeader is the header IP reads when it trusts proxies
 // and no other is named.
 const defaultForwardedHeader = "x-forwarded-for"
 
-// An IPKey names callers by IP address, for WithCallerLimiter: by the
+// An IP names callers by IP address, for interceptor.WithCallerLimiter: by the
 // address of the connection, or behind proxies you run, by the address the
-// nearest of them saw. Build its KeyFunc with KeyFunc.
+// nearest of them saw. Build its Func with Func.
 //
 // A header such as X-Forwarded-For is written by whoever sends the call:
-// only the entries that your own proxies appended can be believed. IPKey
+// only the entries that your own proxies appended can be believed. IP
 // therefore reads the header from the right, starting from the connection's
 // address: while the address at hand belongs to a trusted proxy, it steps
 // one entry to the left; the first address not trusted is the caller.
 // A connection from an address not trusted is keyed by its own address and
 // its header is ignored, whatever it says. An entry that is not an IP
 // address stops the walk at the last trusted hop, which is then the key.
-type IPKey struct {
+type IP struct {
 	// IPv4Prefix and IPv6Prefix are how many leading bits of an address
 	// name a caller: addresses that share them share a quota. 0 means
 	// /32 and /64; otherwise they must be in [1, 32] and [1, 128], or
-	// KeyFunc returns an error. An IPv4-mapped IPv6 address
+	// Func returns an error. An IPv4-mapped IPv6 address
 	// (::ffff:a.b.c.d) counts as IPv4.
 	//
 	// A /64 is one host or one home network, but whoever holds more
@@ -61,10 +66,10 @@ type IPKey struct {
 	Header string
 }
 
-// KeyFunc checks k and returns its KeyFunc. A peer without an IP address
+// Func checks k and returns its Func. A peer without an IP address
 // (a Unix socket) is keyed by its address as is, and is not a trusted
 // proxy.
-func (k IPKey) KeyFunc() (KeyFunc, error) {
+func (k IP) Func() (Func, error) {
 	if err := k.check(); err != nil {
 		return nil, err
 	}
@@ -72,7 +77,7 @@ func (k IPKey) KeyFunc() (KeyFunc, error) {
 	return k.key, nil
 }
 
-func (k IPKey) check() error {
+func (k IP) check() error {
 	var errs []string
 	if k.IPv4Prefix < 0 || k.IPv4Prefix > 32 {
 		errs = append(errs, fmt.Sprintf("IPv4Prefix is %d, must be in [1, 32] (0 for %d)", k.IPv4Prefix, defaultIPv4Prefix))
@@ -89,12 +94,12 @@ func (k IPKey) check() error {
 		errs = append(errs, fmt.Sprintf("Header is %q but TrustedProxies is empty: a header is only believed from a trusted proxy", k.Header))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("interceptor: IPKey: %s", strings.Join(errs, "; "))
+		return fmt.Errorf("callerkey: IP: %s", strings.Join(errs, "; "))
 	}
 	return nil
 }
 
-func (k IPKey) withDefaults() IPKey {
+func (k IP) withDefaults() IP {
 	if k.IPv4Prefix == 0 {
 		k.IPv4Prefix = defaultIPv4Prefix
 	}
@@ -117,17 +122,17 @@ func (k IPKey) withDefaults() IPKey {
 }
 
 // defaultIPKey is PeerIP's configuration.
-var defaultIPKey = IPKey{}.withDefaults()
+var defaultIPKey = IP{}.withDefaults()
 
-// PeerIP is a KeyFunc naming callers by the IP address of the connection:
+// PeerIP is a Func naming callers by the IP address of the connection:
 // the whole address for IPv4, its /64 for IPv6, so the holder of a /48 has
-// 65,536 quotas (see IPKey to choose the prefix). Behind a proxy every
-// call has the proxy's address: use an IPKey with TrustedProxies.
+// 65,536 quotas (see IP to choose the prefix). Behind a proxy every
+// call has the proxy's address: use an IP with TrustedProxies.
 func PeerIP(ctx context.Context, fullMethod string) string {
 	return defaultIPKey.key(ctx, fullMethod)
 }
 
-func (k IPKey) key(ctx context.Context, _ string) string {
+func (k IP) key(ctx context.Context, _ string) string {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
 		return ""
@@ -146,7 +151,7 @@ func (k IPKey) key(ctx context.Context, _ string) string {
 // walk steps left through the hops of vals from hop, a trusted proxy,
 // while the hop at hand is trusted, and returns the first hop that is not,
 // or the last trusted one if the list ends or holds garbage.
-func (k IPKey) walk(hop netip.Addr, vals []string) netip.Addr {
+func (k IP) walk(hop netip.Addr, vals []string) netip.Addr {
 	for i := len(vals) - 1; i >= 0; i-- {
 		rest := vals[i]
 		for rest != "" {
@@ -173,7 +178,7 @@ func (k IPKey) walk(hop netip.Addr, vals []string) netip.Addr {
 	return hop
 }
 
-func (k IPKey) trusted(a netip.Addr) bool {
+func (k IP) trusted(a netip.Addr) bool {
 	for _, p := range k.TrustedProxies {
 		if p.Contains(a) {
 			return true
@@ -183,7 +188,7 @@ func (k IPKey) trusted(a netip.Addr) bool {
 }
 
 // name returns the key of a: its network at the configured length.
-func (k IPKey) name(a netip.Addr) string {
+func (k IP) name(a netip.Addr) string {
 	bits := k.IPv6Prefix
 	if a.Is4() {
 		bits = k.IPv4Prefix
@@ -234,13 +239,13 @@ func parseHop(s string) (netip.Addr, bool) {
 	return a.Unmap().WithZone(""), true
 }
 
-// MetadataKey returns a KeyFunc naming callers by the request metadata
+// Metadata returns a Func naming callers by the request metadata
 // header key, for a header whose value the server can trust, such as an
 // API key it checks, or a tenant set by an authenticating proxy it runs.
 // A header name is case-insensitive, like all gRPC metadata keys.
 //
 // The last value of the header counts, and of a comma-separated value its
-// last element, spaces trimmed, as for Priorities.Header: a proxy that
+// last element, spaces trimmed, as for interceptor.Priorities.Header: a proxy that
 // appends its verdict to what the client sent, as a value of its own or
 // after a comma, names the caller, whatever the client wrote before it.
 // A proxy that replaces the header is read the same way. A "-bin" header
@@ -249,9 +254,9 @@ func parseHop(s string) (netip.Addr, bool) {
 //
 // Never use it for an address header such as X-Forwarded-For: past your
 // proxies, its values are whatever the client wrote, so a client that
-// changes them on every call has no quota at all. Use an IPKey with
+// changes them on every call has no quota at all. Use an IP with
 // TrustedProxies.
-func MetadataKey(key string) KeyFunc {
+func Metadata(key string) Func {
 	key = strings.ToLower(key)
 	bin := strings.HasSuffix(key, "-bin")
 	return func(ctx context.Context, _ string) string {
@@ -270,7 +275,7 @@ func MetadataKey(key string) KeyFunc {
 	}
 }
 
-// PeerIdentity is a KeyFunc naming callers by the client certificate they
+// PeerIdentity is a Func naming callers by the client certificate they
 // proved with mutual TLS: of the leaf of the chain the server verified,
 // the first URI SAN ("uri:spiffe://example.org/billing"), or failing that
 // the first DNS SAN ("dns:billing.example.org"), or failing that the
