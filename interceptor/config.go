@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/callerkey"
+	"github.com/sluice-go/sluice/internal/grpcname"
 	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -210,11 +211,11 @@ func ConfigOptions(c *sluicev1.Config) ([]ServerOption, error) {
 		var names []string
 		for j, n := range m.GetName() {
 			np := fmt.Sprintf("%s.name[%d]", path, j)
-			if fault := checkName(n.GetService(), n.GetMethod()); fault.kind != nameOK {
-				ps.add(np, "%s", fault.fileMessage())
+			if fault := grpcname.Check(n.GetService(), n.GetMethod()); fault.Kind != grpcname.OK {
+				ps.add(np, "%s", fault.FileMessage())
 				continue
 			}
-			if fault := linkedFault(n.GetService(), n.GetMethod()); fault != "" {
+			if fault := grpcname.LinkedFault(n.GetService(), n.GetMethod()); fault != "" {
 				ps.add(np, "cannot be served: %s", fault)
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/grpcname"
 	"github.com/sluice-go/sluice/limiter"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -130,7 +131,7 @@ type table struct {
 	retired bool
 
 	// unchecked lists the configured names that the protobuf registry
-	// could not check (see linkedFault); checked is set once a Server has
+	// could not check (see grpcname.LinkedFault); checked is set once a Server has
 	// warned of them, or CheckRegistered has checked them against the
 	// grpc.Server, or there are none.
 	unchecked []string
@@ -157,84 +158,10 @@ func validMethod(name string) (service, method string, err error) {
 	if !ok {
 		return "", "", bad("has no '/' after the service")
 	}
-	if f := checkName(service, method); f.kind != nameOK {
-		return "", "", bad(f.codeMessage())
+	if f := grpcname.Check(service, method); f.Kind != grpcname.OK {
+		return "", "", bad(f.CodeMessage())
 	}
 	return service, method, nil
-}
-
-// nameKind is what is wrong with a service or method name.
-type nameKind int
-
-const (
-	nameOK        nameKind = iota
-	nameEmpty              // the service is empty
-	nameSlash              // a '/' inside the service or the method
-	nameSpace              // spaces or control characters
-	nameEmptyPart          // the service has an empty dotted part
-)
-
-// A nameFault is the first problem checkName found, and where.
-type nameFault struct {
-	kind     nameKind
-	inMethod bool   // in the method rather than the service
-	part     string // the service or the method
-}
-
-// checkName checks the service and method of a name: the one check behind
-// WithMethod names (validMethod) and the names of a config file, which
-// word the fault each their own way. The service comes first.
-func checkName(service, method string) nameFault {
-	hasSpace := func(s string) bool {
-		return strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f })
-	}
-	switch {
-	case service == "":
-		return nameFault{kind: nameEmpty}
-	case strings.Contains(service, "/"):
-		return nameFault{kind: nameSlash, part: service}
-	case hasSpace(service):
-		return nameFault{kind: nameSpace, part: service}
-	case strings.HasPrefix(service, ".") || strings.HasSuffix(service, ".") || strings.Contains(service, ".."):
-		return nameFault{kind: nameEmptyPart, part: service}
-	case strings.Contains(method, "/"):
-		return nameFault{kind: nameSlash, inMethod: true, part: method}
-	case hasSpace(method):
-		return nameFault{kind: nameSpace, inMethod: true, part: method}
-	}
-	return nameFault{}
-}
-
-// codeMessage words f for a full name, "/package.Service/Method".
-func (f nameFault) codeMessage() string {
-	switch f.kind {
-	case nameEmpty:
-		return "has an empty service"
-	case nameSlash:
-		return "has more than two '/'"
-	case nameSpace:
-		return "contains spaces or control characters"
-	}
-	return "has an empty package or service name part"
-}
-
-// fileMessage words f for the service and method fields of a file.
-func (f nameFault) fileMessage() string {
-	what := "service"
-	if f.inMethod {
-		what = "method"
-	}
-	switch {
-	case f.kind == nameEmpty:
-		return "service is empty"
-	case f.kind == nameSlash && f.inMethod:
-		return fmt.Sprintf("method %q contains '/': want a method name, or nothing for the whole service", f.part)
-	case f.kind == nameSlash:
-		return fmt.Sprintf("service %q contains '/': want a full service name, \"package.Service\"", f.part)
-	case f.kind == nameSpace:
-		return fmt.Sprintf("%s %q contains spaces or control characters", what, f.part)
-	}
-	return fmt.Sprintf("service %q has an empty name part", f.part)
 }
 
 // newTable validates the configuration and builds the table. Every error
@@ -278,11 +205,11 @@ func newTable(c *config) (*table, error) {
 				errs = append(errs, err)
 				return
 			}
-			if fault := linkedFault(service, method); fault != "" {
+			if fault := grpcname.LinkedFault(service, method); fault != "" {
 				errs = append(errs, fmt.Errorf("interceptor: method name %q cannot be served: %s", name, fault))
 				return
 			}
-			if !linked(service) && !isDefaultExempt(name) {
+			if !grpcname.Linked(service) && !isDefaultExempt(name) {
 				t.unchecked = append(t.unchecked, name)
 			}
 		}
