@@ -136,7 +136,7 @@ bench-early:
 ## unminimized.
 FUZZTIME ?= 100000x
 FUZZMINIMIZE ?= 0
-FUZZ_TARGETS = $(shell grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' limiter ratelimit interceptor | sed 's#/[^/]*_test.go:func #:#')
+FUZZ_TARGETS = $(shell grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' limiter ratelimit interceptor config | sed 's#/[^/]*_test.go:func #:#')
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

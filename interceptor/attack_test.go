@@ -103,9 +103,8 @@ func TestReloadKeepsCodeOptions(t *testing.T) {
 	)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
-	opts, err := ParseConfig([]byte(`{"default": {"fixed": {"limit": 7}}}`))
-	require.NoError(t, err)
-	require.NoError(t, s.Reload(opts...))
+	// What a configuration file of {"default": {"fixed": {"limit": 7}}} gives.
+	require.NoError(t, s.Reload(fileOption(WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 7}}))))
 
 	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs("x-api-key", "alice"))
 	r := s.tab.Load().lookup(unaryMethod)

@@ -75,12 +75,10 @@
 //
 // # Configuration files
 //
-// LoadConfig reads limits from a JSON file, the protobuf JSON form of
+// Package config reads limits from a JSON file, the protobuf JSON form of
 // sluice.v1.Config (proto/sluice/v1/config.proto), and returns the
-// Options it describes; the problems are reported at once with their
-// field paths (past 20, the first 20 and a count of the others). The file
-// must be a regular file of at most 1 MiB. testdata/config/example.json
-// shows every setting.
+// ServerOptions it describes; config.Watch reloads a Server when the file
+// changes.
 //
 // # Reloading
 //

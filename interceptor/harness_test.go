@@ -232,15 +232,6 @@ func asClient(opts []ServerOption) []ClientOption {
 	return out
 }
 
-// serverConfig is the config layers of a server's options make.
-func serverConfig(layers ...[]ServerOption) config {
-	fs := make([][]func(*config), len(layers))
-	for i, l := range layers {
-		fs[i] = applies(l, ServerOption.applyServer)
-	}
-	return newConfig(fs...)
-}
-
 // serverOpts and clientOpts give options of both sides to one side.
 func serverOpts(opts []Option) []ServerOption {
 	out := make([]ServerOption, len(opts))

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluice-go/sluice/callerkey"
+	"github.com/sluice-go/sluice/internal/fileopt"
 	"github.com/sluice-go/sluice/limiter"
 )
 
@@ -255,6 +256,14 @@ func WithMeterProvider(p metric.MeterProvider) Option {
 		}
 		c.provider = p
 	}
+}
+
+func init() {
+	fileopt.FromFile = func(o any) any { return fileOption(o.(ServerOption)) }
+	fileopt.CallerQuota = func(key callerkey.Func, perSecond float64, burst, maxCallers int) any {
+		return callerRateLimit(key, RateLimit{PerSecond: perSecond, Burst: burst}, maxCallers)
+	}
+	fileopt.PriorityHeader = func(h string) any { return priorityHeader(h) }
 }
 
 // fileOption marks o as an option from a config file: see newConfig.

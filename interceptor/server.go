@@ -75,7 +75,7 @@ func NewServer(opts ...ServerOption) (*Server, error) {
 // override it (WithExempt, a WithMethod with the Limit wanted). Each
 // Reload starts again from the built-with options: options of an earlier
 // Reload do not carry over. Built-with options that came from a config
-// file (LoadConfig, ParseConfig, ConfigOptions) are left out of that base:
+// file (package config) are left out of that base:
 // the new file's options replace them whole. Everything is validated first: on an error
 // nothing changes. Limiters whose Limit is unchanged (same method
 // or service name, equal Limit; see Limit.Algorithm) keep their live limit

@@ -1,8 +1,7 @@
-package interceptor
+package config
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -23,22 +23,39 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluice-go/sluice/interceptor"
+	_ "github.com/sluice-go/sluice/internal/testbed/testpb" // links sluice.test.v1.TestService
 	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
 )
 
 const exampleConfig = "../testdata/config/example.json"
 
-// limitsOf builds a Server from opts, routes every method, and returns the
-// limit of each limiter by name.
-func limitsOf(t *testing.T, opts []ServerOption, methods ...string) map[string]int {
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const unaryMethod = "/sluice.test.v1.TestService/Unary"
+
+// served is a server's list of services, as CheckRegistered reads it.
+type served map[string]grpc.ServiceInfo
+
+func (s served) GetServiceInfo() map[string]grpc.ServiceInfo { return s }
+
+// limitsOf builds an interceptor.Server from opts, has it create the
+// limiter of each of methods as it does for a grpc.Server serving them
+// (CheckRegistered), and returns the limit of each limiter by name.
+func limitsOf(t *testing.T, opts []interceptor.ServerOption, methods ...string) map[string]int {
 	t.Helper()
-	s, err := NewServer(opts...)
+	s, err := interceptor.NewServer(opts...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
+	srv := served{}
 	for _, m := range methods {
-		s.tab.Load().lookup(m)
+		svc, name, _ := strings.Cut(strings.TrimPrefix(m, "/"), "/")
+		info := srv[svc]
+		info.Methods = append(info.Methods, grpc.MethodInfo{Name: name})
+		srv[svc] = info
 	}
+	_ = s.CheckRegistered(srv) // reports configured names not in methods, which these tests leave out on purpose
 	got := map[string]int{}
 	for _, l := range s.Limiters() {
 		got[l.Name] = l.Limit
@@ -46,49 +63,75 @@ func limitsOf(t *testing.T, opts []ServerOption, methods ...string) map[string]i
 	return got
 }
 
+// limitOf is the live limit of method's limiter in s, which it creates
+// first if need be, as for a grpc.Server serving method.
+func limitOf(t *testing.T, s *interceptor.Server, method string) int {
+	t.Helper()
+	svc, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	_ = s.CheckRegistered(served{svc: {Methods: []grpc.MethodInfo{{Name: name}}}})
+	for _, l := range s.Limiters() {
+		if l.Name == svc+"/"+name {
+			return l.Limit
+		}
+	}
+	require.FailNow(t, "no limiter for "+method)
+	return 0
+}
+
+// settingsOf reads the configuration file at path.
+func settingsOf(t *testing.T, path string) settings {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var pb sluicev1.Config
+	require.NoError(t, protojson.Unmarshal(data, &pb))
+	st, err := read(&pb)
+	require.NoError(t, err)
+	return st
+}
+
 func TestLoadConfigExample(t *testing.T) {
-	opts, err := LoadConfig(exampleConfig)
+	opts, err := Load(exampleConfig)
 	require.NoError(t, err)
 
-	c := serverConfig(opts)
-	require.NoError(t, errors.Join(c.errs...))
-	assert.Equal(t, Limit{
+	c := settingsOf(t, exampleConfig)
+	assert.Equal(t, &interceptor.Limit{
 		Algorithm: limiter.AIMDConfig{BackoffRatio: 0.8},
 		Queue:     limiter.LittleQueue(50 * time.Millisecond),
 	}, c.def)
-	catalog := Limit{
+	catalog := interceptor.Limit{
 		Algorithm: limiter.VegasConfig{InitialLimit: 50},
 		Queue:     limiter.LittleQueue(20 * time.Millisecond),
 		LIFO:      true,
 	}
-	assert.Equal(t, []namedLimit{
-		{"/shop.v1.Checkout/PlaceOrder", Limit{
+	assert.Equal(t, []method{
+		{"/shop.v1.Checkout/PlaceOrder", interceptor.Limit{
 			Algorithm: limiter.AIMDConfig{InitialLimit: 20, MinLimit: 2, MaxLimit: 200, Timeout: 500 * time.Millisecond},
 			Queue:     limiter.FixedQueue(8),
-			Priority:  PriorityCritical,
-		}, 0},
-		{"/shop.v1.Search/", Limit{
+			Priority:  interceptor.PriorityCritical,
+		}},
+		{"/shop.v1.Search/", interceptor.Limit{
 			Algorithm: limiter.Gradient2Config{MaxLimit: 500},
-			Rate:      RateLimit{PerSecond: 200, Burst: 50},
-			Priority:  PrioritySheddable,
+			Rate:      interceptor.RateLimit{PerSecond: 200, Burst: 50},
+			Priority:  interceptor.PrioritySheddable,
 			DryRun:    true,
-		}, 0},
-		{"/shop.v1.Catalog/GetItem", catalog, 0},
-		{"/shop.v1.Catalog/ListItems", catalog, 0},
-		{"/shop.v1.Reports/Export", Limit{Algorithm: limiter.FixedConfig{Limit: 4}}, 0},
-		{"/shop.v1.Internal/", Limit{Exempt: true}, 0},
+		}},
+		{"/shop.v1.Catalog/GetItem", catalog},
+		{"/shop.v1.Catalog/ListItems", catalog},
+		{"/shop.v1.Reports/Export", interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 4}}},
+		{"/shop.v1.Internal/", interceptor.Limit{Exempt: true}},
 	}, c.methods)
-	assert.Equal(t, RateLimit{PerSecond: 50, Burst: 100}, c.callerRate)
-	assert.Equal(t, 200_000, c.maxCallers)
-	assert.Equal(t, "x-priority", c.priorityHeader)
-	require.NotNil(t, c.callerKey)
+	require.NotNil(t, c.quota)
+	assert.Equal(t, [3]float64{50, 100, 200_000}, [3]float64{c.quota.perSecond, float64(c.quota.burst), float64(c.quota.maxCallers)})
+	assert.Equal(t, "x-priority", c.header)
+	key := c.quota.key
 	behind := func(peerAddr string, xff ...string) context.Context {
 		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(peerAddr))})
 		return metadata.NewIncomingContext(ctx, metadata.MD{"x-forwarded-for": xff})
 	}
-	assert.Equal(t, "198.51.100.7", c.callerKey(behind("10.1.1.1:9", "6.6.6.6, 198.51.100.7"), unaryMethod), "behind a trusted proxy")
-	assert.Equal(t, "192.0.2.1", c.callerKey(behind("192.0.2.1:9", "198.51.100.7"), unaryMethod), "direct")
-	assert.Equal(t, "2001:db8:0:100::/56", c.callerKey(behind("[2001:db8:0:1ff::1]:9"), unaryMethod), "IPv6 by /56")
+	assert.Equal(t, "198.51.100.7", key(behind("10.1.1.1:9", "6.6.6.6, 198.51.100.7"), unaryMethod), "behind a trusted proxy")
+	assert.Equal(t, "192.0.2.1", key(behind("192.0.2.1:9", "198.51.100.7"), unaryMethod), "direct")
+	assert.Equal(t, "2001:db8:0:100::/56", key(behind("[2001:db8:0:1ff::1]:9"), unaryMethod), "IPv6 by /56")
 
 	assert.Equal(t, map[string]int{
 		"shop.v1.Checkout/PlaceOrder": 20,
@@ -114,25 +157,31 @@ func TestConfigRoundTrip(t *testing.T) {
 
 	js, err := protojson.Marshal(&pb)
 	require.NoError(t, err)
-	fromJSON, err := ParseConfig(js)
+	fromJSON, err := Parse(js)
 	require.NoError(t, err)
-	want, got := serverConfig(fromJSON), serverConfig(mustOptions(t, &pb))
+	var again sluicev1.Config
+	require.NoError(t, protojson.Unmarshal(js, &again))
+	want, err := read(&pb)
+	require.NoError(t, err)
+	got, err := read(&again)
+	require.NoError(t, err)
+	assert.Equal(t, len(mustOptions(t, &pb)), len(fromJSON))
 	assert.Equal(t, want.def, got.def)
 	assert.Equal(t, want.methods, got.methods)
-	assert.Equal(t, want.callerRate, got.callerRate)
-	assert.Equal(t, want.maxCallers, got.maxCallers)
-	assert.Equal(t, want.priorityHeader, got.priorityHeader)
+	want.quota.key, got.quota.key = nil, nil // funcs do not compare
+	assert.Equal(t, want.quota, got.quota)
+	assert.Equal(t, want.header, got.header)
 }
 
 func TestConfigOptionsNil(t *testing.T) {
-	opts, err := ConfigOptions(nil)
+	opts, err := Options(nil)
 	assert.NoError(t, err)
 	assert.Empty(t, opts)
 }
 
-func mustOptions(t *testing.T, c *sluicev1.Config) []ServerOption {
+func mustOptions(t *testing.T, c *sluicev1.Config) []interceptor.ServerOption {
 	t.Helper()
-	opts, err := ConfigOptions(c)
+	opts, err := Options(c)
 	require.NoError(t, err)
 	return opts
 }
@@ -166,7 +215,7 @@ func TestConfigLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts, err := ParseConfig([]byte(tt.json))
+			opts, err := Parse([]byte(tt.json))
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, limitsOf(t, opts, tt.methods...))
 		})
@@ -175,7 +224,7 @@ func TestConfigLimits(t *testing.T) {
 
 // TestConfigBehaviour: the configured limits hold calls back.
 func TestConfigBehaviour(t *testing.T) {
-	opts, err := ParseConfig([]byte(`{
+	opts, err := Parse([]byte(`{
 		"methods": [
 			{"name": [{"service": "a.S", "method": "One"}], "limit": {"fixed": {"limit": 1}}},
 			{"name": [{"service": "a.S", "method": "Rate"}], "limit": {"rate_limit": {"per_second": 0.001, "burst": 2}}},
@@ -184,7 +233,7 @@ func TestConfigBehaviour(t *testing.T) {
 		"default": {"fixed": {"limit": 1}}
 	}`))
 	require.NoError(t, err)
-	s, err := NewServer(opts...)
+	s, err := interceptor.NewServer(opts...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	unary := s.UnaryServerInterceptor()
@@ -222,7 +271,7 @@ func TestConfigBehaviour(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	const prefix = "interceptor: invalid config: "
+	const prefix = "config: invalid configuration: "
 	method := func(name, limit string) string {
 		return `{"methods": [{"name": [` + name + `], "limit": {` + limit + `}}]}`
 	}
@@ -337,11 +386,11 @@ func TestConfigErrors(t *testing.T) {
 	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts, err := ParseConfig([]byte(tt.json))
+			opts, err := Parse([]byte(tt.json))
 			require.Error(t, err)
 			assert.Nil(t, opts)
 			assert.Equal(t, prefix+tt.want, err.Error())
-			var ce *ConfigError
+			var ce *Error
 			require.ErrorAs(t, err, &ce)
 			assert.Len(t, ce.Problems, 1)
 		})
@@ -350,7 +399,7 @@ func TestConfigErrors(t *testing.T) {
 
 // TestConfigEveryProblem: one error lists every problem, in file order.
 func TestConfigEveryProblem(t *testing.T) {
-	_, err := ParseConfig([]byte(`{
+	_, err := Parse([]byte(`{
 		"default": {"vegas": {"beta": 2, "smoothing": 2}},
 		"methods": [
 			{"name": [{"service": "pkg.Svc", "method": "M"}, {"method": "X"}]},
@@ -360,7 +409,7 @@ func TestConfigEveryProblem(t *testing.T) {
 		]
 	}`))
 	require.Error(t, err)
-	assert.Equal(t, `interceptor: invalid config: 8 problems:
+	assert.Equal(t, `config: invalid configuration: 8 problems:
 	default.vegas.beta: 2 is not > alpha (default 3)
 	default.vegas.smoothing: 2 is not in (0, 1]
 	methods[0].name[1]: service is empty
@@ -372,17 +421,17 @@ func TestConfigEveryProblem(t *testing.T) {
 }
 
 func TestConfigDuplicateNames(t *testing.T) {
-	_, err := ParseConfig([]byte(`{"methods": [
+	_, err := Parse([]byte(`{"methods": [
 		{"name": [{"service": "pkg.Svc"}]},
 		{"name": [{"service": "pkg.Svc", "method": "M"}]},
 		{"name": [{"service": "other.Svc"}]},
 		{"name": [{"service": "pkg.Svc", "method": "M"}]}
 	]}`))
 	require.Error(t, err)
-	assert.Equal(t, `interceptor: invalid config: methods[3].name[0]: "/pkg.Svc/M" is already configured by methods[1]`, err.Error())
+	assert.Equal(t, `config: invalid configuration: methods[3].name[0]: "/pkg.Svc/M" is already configured by methods[1]`, err.Error())
 
 	// A service entry and a method entry of the service are not duplicates.
-	_, err = ParseConfig([]byte(`{"methods": [{"name": [{"service": "pkg.Svc"}, {"service": "pkg.Svc", "method": "M"}]}]}`))
+	_, err = Parse([]byte(`{"methods": [{"name": [{"service": "pkg.Svc"}, {"service": "pkg.Svc", "method": "M"}]}]}`))
 	assert.NoError(t, err)
 }
 
@@ -392,41 +441,41 @@ func TestConfigUnknownField(t *testing.T) {
 		`{"defaults": {}}`,
 		`{"methods": [{"names": []}]}`,
 	} {
-		_, err := ParseConfig([]byte(js))
+		_, err := Parse([]byte(js))
 		require.Error(t, err, js)
-		assert.True(t, strings.HasPrefix(err.Error(), "interceptor: config: proto:"), err.Error())
+		assert.True(t, strings.HasPrefix(err.Error(), "config: parsing: proto:"), err.Error())
 		assert.Contains(t, err.Error(), "unknown field", js)
 	}
 
 	path := filepath.Join(t.TempDir(), "sluice.json")
 	require.NoError(t, os.WriteFile(path, []byte(`{"default": {"fixed": {"limit": 2, "max": 3}}}`), 0o600))
-	_, err := LoadConfig(path)
+	_, err := Load(path)
 	require.Error(t, err)
-	assert.True(t, strings.HasPrefix(err.Error(), "interceptor: config "+path+": proto:"), err.Error())
+	assert.True(t, strings.HasPrefix(err.Error(), "config: parsing "+path+": proto:"), err.Error())
 	assert.Contains(t, err.Error(), `unknown field "max"`)
 }
 
 func TestLoadConfigErrors(t *testing.T) {
 	dir := t.TempDir()
-	_, err := LoadConfig(filepath.Join(dir, "missing.json"))
+	_, err := Load(filepath.Join(dir, "missing.json"))
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 
 	path := filepath.Join(dir, "bad.json")
 	require.NoError(t, os.WriteFile(path, []byte(`{"methods": [{"name": [{"method": "M"}]}]}`), 0o600))
-	_, err = LoadConfig(path)
+	_, err = Load(path)
 	require.Error(t, err)
-	assert.Equal(t, "interceptor: invalid config "+path+": methods[0].name[0]: service is empty", err.Error())
-	var ce *ConfigError
+	assert.Equal(t, "config: invalid configuration "+path+": methods[0].name[0]: service is empty", err.Error())
+	var ce *Error
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, path, ce.File)
-	assert.Equal(t, []ConfigProblem{{Path: "methods[0].name[0]", Message: "service is empty"}}, ce.Problems)
+	assert.Equal(t, []Problem{{Path: "methods[0].name[0]", Message: "service is empty"}}, ce.Problems)
 
-	_, err = ParseConfig([]byte(`{"default": `))
-	assert.ErrorContains(t, err, "interceptor: config: proto:")
+	_, err = Parse([]byte(`{"default": `))
+	assert.ErrorContains(t, err, "config: parsing: proto:")
 }
 
-// TestConfigMatchesLimiter checks that a file's Limit is accepted if and
-// only if NewServer accepts the Limit it converts to: the algorithm and
+// TestConfigMatchesLimiter checks that a file's interceptor.Limit is accepted if and
+// only if interceptor.NewServer accepts the interceptor.Limit it converts to: the algorithm and
 // queue are checked by package limiter for both, but the file's own checks
 // (the rate limit, the priority enum, durations) are separate.
 func TestConfigMatchesLimiter(t *testing.T) {
@@ -484,17 +533,17 @@ func TestConfigMatchesLimiter(t *testing.T) {
 	for _, l := range limits {
 		var ps cfgProblems
 		lim := cfgLimit(&ps, "default", l)
-		_, err := NewServer(WithDefault(lim))
+		_, err := interceptor.NewServer(interceptor.WithDefault(lim))
 		if len(ps.list) == 0 {
-			assert.NoError(t, err, "%v: accepted by the config, rejected by NewServer", l)
+			assert.NoError(t, err, "%v: accepted by the config, rejected by interceptor.NewServer", l)
 		} else {
-			assert.Error(t, err, "%v: rejected by the config (%v), accepted by NewServer", l, ps.list)
+			assert.Error(t, err, "%v: rejected by the config (%v), accepted by interceptor.NewServer", l, ps.list)
 		}
 	}
 }
 
-func ExampleParseConfig() {
-	opts, err := ParseConfig([]byte(`{
+func ExampleParse() {
+	opts, err := Parse([]byte(`{
 		"default": {"aimd": {"max_limit": 500}},
 		"methods": [{
 			"name": [{"service": "shop.v1.Checkout", "method": "PlaceOrder"}],
@@ -505,7 +554,7 @@ func ExampleParseConfig() {
 		fmt.Println(err)
 		return
 	}
-	srv, err := NewServer(opts...)
+	srv, err := interceptor.NewServer(opts...)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -513,17 +562,17 @@ func ExampleParseConfig() {
 	defer srv.Close()
 	_ = grpc.NewServer(srv.ServerOptions()...)
 
-	_, err = ParseConfig([]byte(`{"methods": [{"name": [{"method": "PlaceOrder"}], "limit": {"aimd": {"backoff_ratio": 1.2}}}]}`))
+	_, err = Parse([]byte(`{"methods": [{"name": [{"method": "PlaceOrder"}], "limit": {"aimd": {"backoff_ratio": 1.2}}}]}`))
 	fmt.Println(err)
 	// Output:
-	// interceptor: invalid config: 2 problems:
+	// config: invalid configuration: 2 problems:
 	//	methods[0].name[0]: service is empty
 	//	methods[0].limit.aimd.backoff_ratio: 1.2 is not in [0.5, 1)
 }
 
 func TestConfigCallerLimitErrors(t *testing.T) {
-	_, err := ParseConfig([]byte(`{"caller_limit": {"rate_limit": {"per_second": 1}, "ip": {"trusted_proxies": ["10.0.0.0/8", ""]}}, "priority_header": "x prio"}`))
-	assert.Equal(t, `interceptor: invalid config: 2 problems:
+	_, err := Parse([]byte(`{"caller_limit": {"rate_limit": {"per_second": 1}, "ip": {"trusted_proxies": ["10.0.0.0/8", ""]}}, "priority_header": "x prio"}`))
+	assert.Equal(t, `config: invalid configuration: 2 problems:
 	caller_limit.ip.trusted_proxies[1]: "" is not a network in CIDR form, such as "10.0.0.0/8" or "2001:db8::/32"`+"\n\t"+
 		`priority_header: "x prio" is not a metadata key: use letters, digits, '-', '_' and '.'`, err.Error())
 }
@@ -545,16 +594,17 @@ func TestConfigCallerLimitApplies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts, err := ParseConfig([]byte(`{"caller_limit": {"rate_limit": {"per_second": 0.001, "burst": 2}, ` + tt.key + `}}`))
+			opts, err := Parse([]byte(`{"caller_limit": {"rate_limit": {"per_second": 0.001, "burst": 2}, ` + tt.key + `}}`))
 			require.NoError(t, err)
-			s, err := NewServer(opts...)
+			s, err := interceptor.NewServer(opts...)
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, s.Close()) }()
-			r := s.tab.Load().lookup(unaryMethod)
+			unary := s.UnaryServerInterceptor()
+			ok := func(context.Context, any) (any, error) { return nil, nil }
 			admitted := map[string]int{}
 			for range 5 {
 				for _, caller := range []string{"1", "2"} {
-					if _, rej := s.checkRates(tt.ctx(caller), r); rej == nil {
+					if _, err := unary(tt.ctx(caller), nil, &grpc.UnaryServerInfo{FullMethod: unaryMethod}, ok); err == nil {
 						admitted[caller]++
 					}
 				}
@@ -573,17 +623,19 @@ func TestConfigDryRun(t *testing.T) {
 		{"one service", `{"methods": [{"name": [{"service": "sluice.test.v1.TestService"}], "limit": {"fixed": {"limit": 1}, "dry_run": true}}]}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			opts, err := ParseConfig([]byte(tt.json))
+			opts, err := Parse([]byte(tt.json))
 			require.NoError(t, err)
-			s, err := NewServer(opts...)
+			s, err := interceptor.NewServer(opts...)
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, s.Close()) }()
-			s.tab.Load().lookup(unaryMethod)
+			_, err = s.UnaryServerInterceptor()(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: unaryMethod},
+				func(context.Context, any) (any, error) { return nil, nil })
+			require.NoError(t, err)
 			require.Len(t, s.Limiters(), 1)
 			assert.True(t, s.Limiters()[0].DryRun)
 		})
 	}
-	_, err := ParseConfig([]byte(`{"default": {"exempt": true, "dry_run": true}}`))
+	_, err := Parse([]byte(`{"default": {"exempt": true, "dry_run": true}}`))
 	assert.ErrorContains(t, err, "default.exempt: true conflicts with dry_run")
 }
 
@@ -597,14 +649,21 @@ func TestConfigDurationHint(t *testing.T) {
 		{`"` + strings.Repeat("1s", 1000) + `"`, `write a duration as seconds with an "s" suffix: "1000s"`},
 	}
 	for _, tt := range tests {
-		_, err := ParseConfig([]byte(`{"default": {"queue": {"target": ` + tt.value + `}}}`))
+		_, err := Parse([]byte(`{"default": {"queue": {"target": ` + tt.value + `}}}`))
 		require.Error(t, err)
 		// protojson's own prefix ("proto:" and a space it varies on
 		// purpose from build to build) is not ours to pin.
-		assert.True(t, strings.HasPrefix(err.Error(), "interceptor: config: proto:"), err.Error())
+		assert.True(t, strings.HasPrefix(err.Error(), "config: parsing: proto:"), err.Error())
 		assert.True(t, strings.HasSuffix(err.Error(), tt.want), err.Error())
-		assert.Less(t, len(err.Error()), len("interceptor: config: ")+maxProblemMessage+100, "bounded")
+		assert.Less(t, len(err.Error()), len("config: parsing: ")+maxProblemMessage+100, "bounded")
 	}
-	_, err := ParseConfig([]byte(`{"default": {"queue": {"target": "0.050s"}}}`))
+	_, err := Parse([]byte(`{"default": {"queue": {"target": "0.050s"}}}`))
 	assert.NoError(t, err)
+}
+
+// A name the linked protobuf definitions rule out is a problem of the file.
+func TestConfigUnservableName(t *testing.T) {
+	_, err := Parse([]byte(`{"methods": [{"name": [{"service": "sluice.test.v1.TestService", "method": "Unarycall"}], "limit": {"fixed": {"limit": 1}}}]}`))
+	assert.EqualError(t, err, "config: invalid configuration: methods[0].name[0]: cannot be served: "+
+		"service sluice.test.v1.TestService has no method Unarycall; its methods are Unary, ServerStream, ClientStream, Bidi")
 }

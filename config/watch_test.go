@@ -1,4 +1,4 @@
-package interceptor
+package config
 
 import (
 	"context"
@@ -11,8 +11,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/sluice-go/sluice/callerkey"
+	"github.com/sluice-go/sluice/interceptor"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 func TestWatchConfig(t *testing.T) {
@@ -20,12 +24,12 @@ func TestWatchConfig(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "sluice.json")
 		write := func(s string) { require.NoError(t, os.WriteFile(path, []byte(s), 0o600)) }
 		write(`{"default": {"fixed": {"limit": 3}}}`)
-		opts, err := LoadConfig(path)
+		opts, err := Load(path)
 		require.NoError(t, err)
-		s, err := NewServer(opts...)
+		s, err := interceptor.NewServer(opts...)
 		require.NoError(t, err)
 		defer func() { assert.NoError(t, s.Close()) }()
-		limit := func() int { return gateOf(s.core, unaryMethod).lim.Limit() }
+		limit := func() int { return limitOf(t, s, unaryMethod) }
 		require.Equal(t, 3, limit())
 
 		var mu sync.Mutex
@@ -34,7 +38,7 @@ func TestWatchConfig(t *testing.T) {
 		onError := func(err error) { mu.Lock(); defer mu.Unlock(); errList = append(errList, err) }
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error)
-		go func() { done <- WatchConfig(ctx, path, time.Second, s, onError) }()
+		go func() { done <- Watch(ctx, path, time.Second, s, onError) }()
 		synctest.Wait() // the watcher has read the starting file
 
 		write(`{"default": {"fixed": {"limit": 7}}}`)
@@ -65,11 +69,11 @@ func TestWatchConfig(t *testing.T) {
 }
 
 func TestWatchConfigErrors(t *testing.T) {
-	s, err := NewServer()
+	s, err := interceptor.NewServer()
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
-	assert.EqualError(t, WatchConfig(t.Context(), "x.json", 0, s, nil), "interceptor: WatchConfig interval is 0s, must be > 0")
-	assert.EqualError(t, WatchConfig(t.Context(), "x.json", time.Second, nil, nil), "interceptor: WatchConfig needs a Server")
+	assert.EqualError(t, Watch(t.Context(), "x.json", 0, s, nil), "config: Watch interval is 0s, must be > 0")
+	assert.EqualError(t, Watch(t.Context(), "x.json", time.Second, nil, nil), "config: Watch needs a Server")
 }
 
 // TestWatchConfigLayersOverCode: a server built from a file plus a quota
@@ -80,36 +84,49 @@ func TestWatchConfigLayersOverCode(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "sluice.json")
 		write := func(s string) { require.NoError(t, os.WriteFile(path, []byte(s), 0o600)) }
 		write(`{"default": {"fixed": {"limit": 3}}, "methods": [{"name": [{"service": "sluice.test.v1.TestService", "method": "Unary"}], "limit": {"fixed": {"limit": 4}}}]}`)
-		opts, err := LoadConfig(path)
+		opts, err := Load(path)
 		require.NoError(t, err)
-		s, err := NewServer(append(opts, callerRateLimit(callerkey.Metadata("x-api-key"), RateLimit{PerSecond: 0.001, Burst: 1}, 0))...)
+		quota, err := ratelimit.NewKeyed(0.001, 1)
+		require.NoError(t, err)
+		s, err := interceptor.NewServer(append(opts, interceptor.WithCallerLimiter(callerkey.Metadata("x-api-key"), quota))...)
 		require.NoError(t, err)
 		defer func() { assert.NoError(t, s.Close()) }()
-		limit := func() int { return gateOf(s.core, unaryMethod).lim.Limit() }
+		limit := func() int { return limitOf(t, s, unaryMethod) }
+		// admits is how many of 3 calls in a row from caller the quota lets through.
+		admits := func(caller string) int {
+			ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs("x-api-key", caller))
+			n := 0
+			for range 3 {
+				_, err := s.UnaryServerInterceptor()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: unaryMethod},
+					func(context.Context, any) (any, error) { return nil, nil })
+				if err == nil {
+					n++
+				}
+			}
+			return n
+		}
 		require.Equal(t, 4, limit())
 
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error)
-		go func() { done <- WatchConfig(ctx, path, time.Second, s, func(err error) { t.Error(err) }) }()
+		go func() { done <- Watch(ctx, path, time.Second, s, func(err error) { t.Error(err) }) }()
 		synctest.Wait()
 
 		write(`{"default": {"fixed": {"limit": 5}}}`) // the method entry deleted
 		time.Sleep(time.Second)
 		synctest.Wait()
 		assert.Equal(t, 5, limit(), "the deleted entry is gone: the new default applies")
-		cl := s.tab.Load().callers
-		require.NotNil(t, cl, "the quota set in code stays")
-		assert.Equal(t, RateLimit{PerSecond: 0.001, Burst: 1}, cl.rate)
+		assert.Equal(t, 1, admits("a"), "the quota set in code stays: a burst of 1")
 
 		write(`{"default": {"fixed": {"limit": 5}}, "caller_limit": {"rate_limit": {"per_second": 2}, "peer_identity": {}}}`)
 		time.Sleep(time.Second)
 		synctest.Wait()
-		assert.Equal(t, RateLimit{PerSecond: 2}, s.tab.Load().callers.rate, "a quota in the file wins over the one in code")
+		assert.Equal(t, 2, admits("b"), "a quota in the file wins over the one in code: a burst of 2")
 
 		write(`{"default": {"fixed": {"limit": 5}}}`)
 		time.Sleep(time.Second)
 		synctest.Wait()
-		assert.Equal(t, RateLimit{PerSecond: 0.001, Burst: 1}, s.tab.Load().callers.rate, "and leaves the code's when it goes")
+		assert.Equal(t, 1, admits("c"), "and leaves the code's when it goes")
 
 		cancel()
 		assert.ErrorIs(t, <-done, context.Canceled)

@@ -1,4 +1,4 @@
-package interceptor
+package config
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ func emptyEntries(n int) []byte {
 // Attack: a config of many bad entries made validation take quadratic
 // time and the error grow with the input (15k entries: 0.23 s and a 1.3
 // MB error; 300k, in a 0.9 MB file, minutes). The error must list the
-// first maxConfigProblems problems and count the rest, on every way in.
+// first maxProblems problems and count the rest, on every way in.
 func TestConfigManyProblemsBounded(t *testing.T) {
 	const n = 5000
 	data := emptyEntries(n)
@@ -32,39 +32,39 @@ func TestConfigManyProblemsBounded(t *testing.T) {
 		file string
 		load func() error
 	}{
-		{"ParseConfig", "", func() error { _, err := ParseConfig(data); return err }},
-		{"LoadConfig", path, func() error { _, err := LoadConfig(path); return err }},
+		{"Parse", "", func() error { _, err := Parse(data); return err }},
+		{"Load", path, func() error { _, err := Load(path); return err }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.load()
-			var ce *ConfigError
+			var ce *Error
 			require.ErrorAs(t, err, &ce)
-			require.Equal(t, maxConfigProblems, len(ce.Problems), "problems kept; the error is %d bytes", len(err.Error()))
-			assert.Equal(t, n-maxConfigProblems, ce.More, "problems counted, not kept")
+			require.Equal(t, maxProblems, len(ce.Problems), "problems kept; the error is %d bytes", len(err.Error()))
+			assert.Equal(t, n-maxProblems, ce.More, "problems counted, not kept")
 			for i, p := range ce.Problems {
 				assert.Equal(t, fmt.Sprintf("methods[%d].name", i), p.Path)
 			}
 			msg := err.Error()
 			lines := strings.Split(msg, "\n")
-			where := "config"
+			where := "configuration"
 			if tt.file != "" {
 				where += " " + tt.file
 			}
-			assert.Equal(t, fmt.Sprintf("interceptor: invalid %s: %d problems, the first %d:", where, n, maxConfigProblems), lines[0])
-			require.Len(t, lines, 1+maxConfigProblems+1, "a line per problem kept, and one for the rest")
-			assert.Equal(t, fmt.Sprintf("\t... and %d more", n-maxConfigProblems), lines[len(lines)-1])
+			assert.Equal(t, fmt.Sprintf("config: invalid %s: %d problems, the first %d:", where, n, maxProblems), lines[0])
+			require.Len(t, lines, 1+maxProblems+1, "a line per problem kept, and one for the rest")
+			assert.Equal(t, fmt.Sprintf("\t... and %d more", n-maxProblems), lines[len(lines)-1])
 			assert.Less(t, len(msg), 4096, "the error does not grow with the config")
 		})
 	}
 }
 
 // A problem quotes what the config said; a long value is cut, so that
-// maxConfigProblems of them stay small.
+// maxProblems of them stay small.
 func TestConfigProblemMessageBounded(t *testing.T) {
 	long := strings.Repeat("x", 100_000)
 	data := fmt.Sprintf(`{"methods": [{"name": [{"service": "a/%s"}]}, {"name": [{"service": "a/%s"}]}]}`, long, long)
-	_, err := ParseConfig([]byte(data))
-	var ce *ConfigError
+	_, err := Parse([]byte(data))
+	var ce *Error
 	require.ErrorAs(t, err, &ce)
 	require.Len(t, ce.Problems, 2)
 	for _, p := range ce.Problems {
@@ -76,12 +76,12 @@ func TestConfigProblemMessageBounded(t *testing.T) {
 
 // Problems up to the bound are all listed, with no count of more.
 func TestConfigProblemsAtTheBound(t *testing.T) {
-	_, err := ParseConfig(emptyEntries(maxConfigProblems))
-	var ce *ConfigError
+	_, err := Parse(emptyEntries(maxProblems))
+	var ce *Error
 	require.ErrorAs(t, err, &ce)
-	assert.Len(t, ce.Problems, maxConfigProblems)
+	assert.Len(t, ce.Problems, maxProblems)
 	assert.Zero(t, ce.More)
-	assert.True(t, strings.HasPrefix(err.Error(), fmt.Sprintf("interceptor: invalid config: %d problems:\n", maxConfigProblems)), err.Error())
+	assert.True(t, strings.HasPrefix(err.Error(), fmt.Sprintf("config: invalid configuration: %d problems:\n", maxProblems)), err.Error())
 	assert.NotContains(t, err.Error(), "more")
 }
 
@@ -94,7 +94,7 @@ func BenchmarkConfigManyProblems(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
-				if _, err := ParseConfig(data); err == nil {
+				if _, err := Parse(data); err == nil {
 					b.Fatal("no error")
 				}
 			}
@@ -110,10 +110,10 @@ func TestConfigSyntaxErrorBounded(t *testing.T) {
 		`{"default": {"fixed": {"limit": "` + long + `"}}}`,
 		`{"` + long + `": 1}`,
 	} {
-		_, err := ParseConfig([]byte(data))
+		_, err := Parse([]byte(data))
 		require.Error(t, err)
-		assert.True(t, strings.HasPrefix(err.Error(), "interceptor: config: proto:"), err.Error())
-		assert.LessOrEqual(t, len(err.Error()), len("interceptor: config: ")+maxProblemMessage)
+		assert.True(t, strings.HasPrefix(err.Error(), "config: parsing: proto:"), err.Error())
+		assert.LessOrEqual(t, len(err.Error()), len("config: parsing: ")+maxProblemMessage)
 		assert.ErrorIs(t, err, proto.Error, "the parser's error is wrapped")
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package interceptor
+package config
 
 import (
 	"net"
@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Attack: a config path that is a FIFO blocked LoadConfig, and the
+// Attack: a config path that is a FIFO blocked Load, and the
 // watcher, until something wrote to it, that is forever. A path that is
 // not a regular file is refused without being opened.
 func TestLoadConfigNotRegular(t *testing.T) {
@@ -41,24 +41,24 @@ func TestLoadConfigNotRegular(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			done := make(chan error, 1)
-			go func() { _, err := LoadConfig(tt.path); done <- err }()
+			go func() { _, err := Load(tt.path); done <- err }()
 			select {
 			case err := <-done:
 				require.Error(t, err)
-				assert.Equal(t, "interceptor: config "+tt.path+" is "+tt.is+": name a regular file", err.Error())
+				assert.Equal(t, "config: "+tt.path+" is "+tt.is+": name a regular file", err.Error())
 			case <-time.After(10 * time.Second):
 				// Let the blocked open return, so that the test ends.
 				if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 					f.Close()
 				}
 				<-done
-				require.FailNow(t, "LoadConfig blocked on "+tt.path)
+				require.FailNow(t, "Load blocked on "+tt.path)
 			}
 		})
 	}
 }
 
-// WatchConfig reports a path that became a FIFO and goes on polling.
+// Watch reports a path that became a FIFO and goes on polling.
 func TestWatchConfigFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := watchConfig(t)
@@ -68,8 +68,8 @@ func TestWatchConfigFIFO(t *testing.T) {
 		synctest.Wait()
 		errs := w.errs()
 		require.Len(t, errs, 1)
-		assert.Equal(t, "interceptor: config "+w.path+" is a named pipe (FIFO): name a regular file", errs[0].Error())
-		assert.Equal(t, 3, gateOf(w.s.core, unaryMethod).lim.Limit(), "the running configuration stays")
+		assert.Equal(t, "config: "+w.path+" is a named pipe (FIFO): name a regular file", errs[0].Error())
+		assert.Equal(t, 3, limitOf(t, w.s, unaryMethod), "the running configuration stays")
 		w.stop()
 	})
 }

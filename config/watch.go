@@ -1,4 +1,4 @@
-package interceptor
+package config
 
 import (
 	"bytes"
@@ -6,29 +6,32 @@ import (
 	"fmt"
 	"log"
 	"time"
+
+	"github.com/sluice-go/sluice/interceptor"
 )
 
-// WatchConfig polls the config file at path every interval and, when its
+// Watch polls the config file at path every interval and, when its
 // contents change, reloads s with the options it describes followed by
-// extra (settings a file cannot express, such as WithClassifier). Reload
+// extra (settings a file cannot express, such as
+// interceptor.WithClassifier). Server.Reload
 // layers them over the options s was built with: what the file does not
 // set stays as built. A file that cannot be read, is not a regular
 // file, is larger than 1 MiB or is invalid changes nothing: the error goes to onError
 // (log.Printf when nil) and the running configuration stays until a good
-// file appears. The file's contents when WatchConfig starts are taken as
+// file appears. The file's contents when Watch starts are taken as
 // already applied. It returns ctx's error when ctx is done, or an error at
 // once for an interval <= 0 or a nil Server.
-func WatchConfig(ctx context.Context, path string, interval time.Duration, s *Server, onError func(error), extra ...ServerOption) error {
+func Watch(ctx context.Context, path string, interval time.Duration, s *interceptor.Server, onError func(error), extra ...interceptor.ServerOption) error {
 	if interval <= 0 {
-		return fmt.Errorf("interceptor: WatchConfig interval is %v, must be > 0", interval)
+		return fmt.Errorf("config: Watch interval is %v, must be > 0", interval)
 	}
 	if s == nil {
-		return fmt.Errorf("interceptor: WatchConfig needs a Server")
+		return fmt.Errorf("config: Watch needs a Server")
 	}
 	if onError == nil {
 		onError = func(err error) { log.Printf("sluice: config %s not applied: %v", path, err) }
 	}
-	last, _ := readConfigFile(path)
+	last, _ := readFile(path)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -37,7 +40,7 @@ func WatchConfig(ctx context.Context, path string, interval time.Duration, s *Se
 			return ctx.Err()
 		case <-tick.C:
 		}
-		data, err := readConfigFile(path)
+		data, err := readFile(path)
 		if err != nil {
 			onError(err)
 			continue
@@ -46,7 +49,7 @@ func WatchConfig(ctx context.Context, path string, interval time.Duration, s *Se
 			continue
 		}
 		last = data
-		opts, err := ParseConfig(data)
+		opts, err := Parse(data)
 		if err == nil {
 			err = s.Reload(append(opts, extra...)...)
 		}

@@ -1,4 +1,4 @@
-package interceptor
+package config
 
 import (
 	"errors"
@@ -19,33 +19,35 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/callerkey"
+	"github.com/sluice-go/sluice/interceptor"
+	"github.com/sluice-go/sluice/internal/fileopt"
 	"github.com/sluice-go/sluice/internal/grpcname"
 	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
-// LoadConfig reads a configuration file, the protobuf JSON form of
-// sluicev1.Config, and returns the options it describes. A file can set
-// the default Limit and the Limit of named methods and services (an
-// algorithm, a queue, a rate limit, a priority, exempt, dry run), a
+// Load reads a configuration file, the protobuf JSON form of
+// sluicev1.Config, and returns the server options it describes. A file
+// can set the default Limit and the Limit of named methods and services
+// (an algorithm, a queue, a rate limit, a priority, exempt, dry run), a
 // per-caller quota, the priority header and a global dry run; everything
 // else is set in code. testdata/config/example.json sets every field.
 // Durations take protobuf's JSON form, seconds with an "s" suffix:
-// "0.050s", not "50ms".
-// Unknown fields are rejected, and so is every out-of-range value, by the
-// same checks NewServer applies to options (see ConfigOptions): the error
-// is a *ConfigError naming the file and listing its problems.
+// "0.050s", not "50ms". Unknown fields are rejected, and so is every
+// out-of-range value, by the same checks interceptor.NewServer applies to
+// options (see Options): the error is an *Error naming the file and
+// listing its problems.
 //
-//	opts, err := interceptor.LoadConfig("sluice.json")
+//	opts, err := config.Load("sluice.json")
 //	...
 //	limits, err := interceptor.NewServer(opts...)
 //
 // Options given after the loaded ones add to them; a method configured
-// both in the file and by a WithMethod option is an error of NewServer.
-// Reload and WatchConfig, by contrast, layer the file over the options the
-// Server or Client was built with, so that settings made in code and not
-// in the file (a per-caller quota, the priority header) stay. Options that
+// both in the file and by an interceptor.WithMethod option is an error of
+// NewServer. Server.Reload and Watch, by contrast, layer the file over the
+// options the Server was built with, so that settings made in code and
+// not in the file (a per-caller quota, the priorities) stay. Options that
 // came from a file are not part of that base: the reloaded file replaces
 // them whole, so an entry deleted from the file is gone after a reload.
 //
@@ -54,58 +56,58 @@ import (
 // file is refused without being read whole, and a FIFO, a device or a
 // directory without being opened, so that a wrong path can neither
 // exhaust memory nor block the caller.
-func LoadConfig(path string) ([]ServerOption, error) {
-	data, err := readConfigFile(path)
+func Load(path string) ([]interceptor.ServerOption, error) {
+	data, err := readFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return cfgParse(data, path)
 }
 
-// maxConfigSize is the largest config file LoadConfig and WatchConfig
+// maxSize is the largest config file Load and Watch
 // read, in bytes. A real configuration is a few kilobytes; the cap keeps a
 // wrong path (a log file, a device) or a hostile file from exhausting
 // memory.
-const maxConfigSize = 1 << 20
+const maxSize = 1 << 20
 
-// readConfigFile reads the file at path, refusing one that is not a
-// regular file or is larger than maxConfigSize.
-func readConfigFile(path string) ([]byte, error) {
+// readFile reads the file at path, refusing one that is not a
+// regular file or is larger than maxSize.
+func readFile(path string) ([]byte, error) {
 	// Opening a FIFO blocks until a writer comes, so the type is checked
 	// before the open, and again on the file opened, in case path changed.
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("interceptor: reading config: %w", err)
+		return nil, fmt.Errorf("config: reading: %w", err)
 	}
-	if err := checkConfigMode(path, fi.Mode()); err != nil {
+	if err := checkMode(path, fi.Mode()); err != nil {
 		return nil, err
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("interceptor: reading config: %w", err)
+		return nil, fmt.Errorf("config: reading: %w", err)
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil {
-		return nil, fmt.Errorf("interceptor: reading config: %w", err)
-	} else if err := checkConfigMode(path, fi.Mode()); err != nil {
+		return nil, fmt.Errorf("config: reading: %w", err)
+	} else if err := checkMode(path, fi.Mode()); err != nil {
 		return nil, err
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("interceptor: reading config: %w", err)
+		return nil, fmt.Errorf("config: reading: %w", err)
 	}
-	if len(data) > maxConfigSize {
+	if len(data) > maxSize {
 		size := fmt.Sprintf("at least %d", len(data))
-		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > maxConfigSize {
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > maxSize {
 			size = fmt.Sprint(fi.Size())
 		}
-		return nil, fmt.Errorf("interceptor: config %s is %s bytes, more than the limit of %d bytes", path, size, maxConfigSize)
+		return nil, fmt.Errorf("config: %s is %s bytes, more than the limit of %d bytes", path, size, maxSize)
 	}
 	return data, nil
 }
 
-// checkConfigMode refuses a config path that is not a regular file.
-func checkConfigMode(path string, m fs.FileMode) error {
+// checkMode refuses a config path that is not a regular file.
+func checkMode(path string, m fs.FileMode) error {
 	if m.IsRegular() {
 		return nil
 	}
@@ -120,28 +122,28 @@ func checkConfigMode(path string, m fs.FileMode) error {
 	case m&fs.ModeDevice != 0:
 		what = "a device"
 	}
-	return fmt.Errorf("interceptor: config %s is %s: name a regular file", path, what)
+	return fmt.Errorf("config: %s is %s: name a regular file", path, what)
 }
 
-// ParseConfig is LoadConfig for a configuration already in memory, the
+// Parse is Load for a configuration already in memory, the
 // protobuf JSON form of sluicev1.Config (see
 // testdata/config/example.json).
-func ParseConfig(data []byte) ([]ServerOption, error) {
+func Parse(data []byte) ([]interceptor.ServerOption, error) {
 	return cfgParse(data, "")
 }
 
-func cfgParse(data []byte, file string) ([]ServerOption, error) {
+func cfgParse(data []byte, file string) ([]interceptor.ServerOption, error) {
 	var pb sluicev1.Config
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(data, &pb); err != nil {
-		where := "config"
+		where := "parsing"
 		if file != "" {
 			where += " " + file
 		}
 		// The message quotes the offending token, which may be the file.
-		return nil, &cutError{msg: "interceptor: " + where + ": " + cfgCut(err.Error()) + durationHint(err.Error()), err: err}
+		return nil, &cutError{msg: "config: " + where + ": " + cfgCut(err.Error()) + durationHint(err.Error()), err: err}
 	}
-	opts, err := ConfigOptions(&pb)
-	if ce := (*ConfigError)(nil); errors.As(err, &ce) {
+	opts, err := Options(&pb)
+	if ce := (*Error)(nil); errors.As(err, &ce) {
 		ce.File = file
 	}
 	return opts, err
@@ -181,25 +183,83 @@ type cutError struct {
 func (e *cutError) Error() string { return e.msg }
 func (e *cutError) Unwrap() error { return e.err }
 
-// ConfigOptions validates c and returns the options it describes: a
-// WithDefault option if c sets a default, then one WithMethod option per
-// name of each entry, in order, then the caller limit, the priority
-// header and the dry run if c sets them. A nil c describes no options.
-// The error, if any, is a *ConfigError listing the problems, each named
+// Options validates c and returns the options it describes: an
+// interceptor.WithDefault option if c sets a default, then one WithMethod
+// option per name of each entry, in order, then the caller limit, the
+// priority header and the dry run if c sets them. A nil c describes no options.
+// The error, if any, is a *Error listing the problems, each named
 // by its path in c ("methods[2].limit.aimd.backoff_ratio"): all of them,
 // or past 20 the first 20 and the number of the others. Validation takes
 // time linear in the size of c.
 //
 // The values of each algorithm and queue are checked by package limiter,
-// exactly as NewServer checks a Limit built in code; a value left 0 takes
+// exactly as interceptor.NewServer checks a Limit built in code; a value left 0 takes
 // the limiter's default. See testdata/config/example.json for a file that
 // sets every field, and docs/design.md for the reasoning behind the
 // ranges and the layering of a file over options.
-func ConfigOptions(c *sluicev1.Config) ([]ServerOption, error) {
+func Options(c *sluicev1.Config) ([]interceptor.ServerOption, error) {
+	st, err := read(c)
+	if err != nil {
+		return nil, err
+	}
+	return st.options(), nil
+}
+
+// settings is what a valid configuration sets.
+type settings struct {
+	def     *interceptor.Limit
+	methods []method
+	quota   *quota
+	header  string // the priority header
+	dryRun  bool
+}
+
+// A method is a name of a methods entry and the entry's Limit.
+type method struct {
+	name  string
+	limit interceptor.Limit
+}
+
+// A quota is the caller_limit: per caller, perSecond and burst, for at
+// most maxCallers callers (0: the interceptor's default).
+type quota struct {
+	key               callerkey.Func
+	perSecond         float64
+	burst, maxCallers int
+}
+
+// options returns the interceptor options of st, each marked as a file's.
+func (st settings) options() []interceptor.ServerOption {
+	var opts []any
+	if st.def != nil {
+		opts = append(opts, interceptor.WithDefault(*st.def))
+	}
+	for _, m := range st.methods {
+		opts = append(opts, interceptor.WithMethod(m.name, m.limit))
+	}
+	if q := st.quota; q != nil {
+		opts = append(opts, fileopt.CallerQuota(q.key, q.perSecond, q.burst, q.maxCallers))
+	}
+	if st.header != "" {
+		opts = append(opts, fileopt.PriorityHeader(st.header))
+	}
+	if st.dryRun {
+		opts = append(opts, interceptor.WithDryRun())
+	}
+	out := make([]interceptor.ServerOption, len(opts))
+	for i, o := range opts {
+		out[i] = fileopt.FromFile(o).(interceptor.ServerOption)
+	}
+	return out
+}
+
+// read checks c and returns what it sets; see Options.
+func read(c *sluicev1.Config) (settings, error) {
 	var ps cfgProblems
-	var opts []ServerOption
+	var st settings
 	if c.GetDefault() != nil {
-		opts = append(opts, WithDefault(cfgLimit(&ps, "default", c.GetDefault())))
+		def := cfgLimit(&ps, "default", c.GetDefault())
+		st.def = &def
 	}
 	type where struct{ entry, name int }
 	seen := map[string]where{} // full name -> where it was first configured
@@ -233,7 +293,7 @@ func ConfigOptions(c *sluicev1.Config) ([]ServerOption, error) {
 		}
 		l := cfgLimit(&ps, path+".limit", m.GetLimit())
 		for _, name := range names {
-			opts = append(opts, WithMethod(name, l))
+			st.methods = append(st.methods, method{name, l})
 		}
 	}
 	if cl := c.GetCallerLimit(); cl != nil {
@@ -241,23 +301,15 @@ func ConfigOptions(c *sluicev1.Config) ([]ServerOption, error) {
 		cfgCheckCallerLimit(&ps, "caller_limit", cl)
 		if ps.n == n {
 			r := cl.GetRateLimit()
-			opts = append(opts, callerRateLimit(cfgKeyFunc(cl), RateLimit{PerSecond: r.GetPerSecond(), Burst: int(r.GetBurst())}, int(cl.GetMaxCallers())))
+			st.quota = &quota{cfgKeyFunc(cl), r.GetPerSecond(), int(r.GetBurst()), int(cl.GetMaxCallers())}
 		}
 	}
 	if h := c.GetPriorityHeader(); h != "" {
 		cfgCheckHeader(&ps, "priority_header", h)
-		opts = append(opts, priorityHeader(h))
+		st.header = h
 	}
-	if c.GetDryRun() {
-		opts = append(opts, WithDryRun())
-	}
-	if err := ps.err(); err != nil {
-		return nil, err
-	}
-	for i, o := range opts {
-		opts[i] = fileOption(o)
-	}
-	return opts, nil
+	st.dryRun = c.GetDryRun()
+	return st, ps.err()
 }
 
 // cfgKeyFunc returns the callerkey.Func of a valid caller limit.
@@ -283,29 +335,29 @@ func cfgKeyFunc(cl *sluicev1.CallerLimit) callerkey.Func {
 	return nil // checked by cfgCheckCallerLimit
 }
 
-// A ConfigError reports the problems of a configuration at once: all of
+// A Error reports the problems of a configuration at once: all of
 // them, or if there are more than 20, the first 20 and how many others.
 // One bad edit is fixed from its first errors, and a configuration of
 // thousands of bad entries gets an error of bounded size.
-type ConfigError struct {
+type Error struct {
 	// File is the configuration file, if the configuration came from one.
 	File string
 	// Problems lists the problems in the order of the configuration, at
 	// most 20 of them.
-	Problems []ConfigProblem
+	Problems []Problem
 	// More counts the problems found after those in Problems.
 	More int
 }
 
-// maxConfigProblems is how many problems a ConfigError lists.
-const maxConfigProblems = 20
+// maxProblems is how many problems a Error lists.
+const maxProblems = 20
 
-// maxProblemMessage is the longest ConfigProblem.Message, in bytes: a
+// maxProblemMessage is the longest Problem.Message, in bytes: a
 // message may quote a value of the configuration, of any length.
 const maxProblemMessage = 256
 
-// A ConfigProblem is one invalid field of a configuration.
-type ConfigProblem struct {
+// A Problem is one invalid field of a configuration.
+type Problem struct {
 	// Path is the field, with the names of config.proto:
 	// "methods[2].limit.aimd.backoff_ratio".
 	Path string
@@ -315,26 +367,26 @@ type ConfigProblem struct {
 	Message string
 }
 
-func (p ConfigProblem) String() string { return p.Path + ": " + p.Message }
+func (p Problem) String() string { return p.Path + ": " + p.Message }
 
 // Error names the file, if any, and the problem, or the number of
 // problems and then each listed on a line of its own, and the number of
 // those not listed:
 //
-//	interceptor: invalid config sluice.json: methods[0].name[0]: service is empty
+//	config: invalid configuration sluice.json: methods[0].name[0]: service is empty
 //
-//	interceptor: invalid config: 2 problems:
+//	config: invalid configuration: 2 problems:
 //		default.fixed.limit: 0 is not in [1, 1048576]
 //		methods[1].limit.queue.size: -1 is not in [0, 1048576]
 //
-//	interceptor: invalid config: 5000 problems, the first 20:
+//	config: invalid configuration: 5000 problems, the first 20:
 //		methods[0].name: is empty: name at least one service, or a service and a method
 //		...
 //		methods[19].name: is empty: name at least one service, or a service and a method
 //		... and 4980 more
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString("interceptor: invalid config")
+	b.WriteString("config: invalid configuration")
 	if e.File != "" {
 		b.WriteString(" " + e.File)
 	}
@@ -356,10 +408,10 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
-// cfgProblems collects ConfigProblems: the first maxConfigProblems, and
+// cfgProblems collects ConfigProblems: the first maxProblems, and
 // the count of all.
 type cfgProblems struct {
-	list  []ConfigProblem
+	list  []Problem
 	paths map[string]bool // the path of every problem, kept or not
 	n     int             // problems found, kept or not
 }
@@ -374,8 +426,8 @@ func (ps *cfgProblems) add(path, format string, args ...any) {
 	}
 	ps.paths[path] = true
 	ps.n++
-	if len(ps.list) < maxConfigProblems {
-		ps.list = append(ps.list, ConfigProblem{Path: path, Message: cfgCut(fmt.Sprintf(format, args...))})
+	if len(ps.list) < maxProblems {
+		ps.list = append(ps.list, Problem{Path: path, Message: cfgCut(fmt.Sprintf(format, args...))})
 	}
 }
 
@@ -396,16 +448,16 @@ func (ps *cfgProblems) err() error {
 	if ps.n == 0 {
 		return nil
 	}
-	return &ConfigError{Problems: ps.list, More: ps.n - len(ps.list)}
+	return &Error{Problems: ps.list, More: ps.n - len(ps.list)}
 }
 
-// cfgLimit converts l to a Limit and adds its problems to ps; nil is the
-// zero Limit. The file's own rules (what an exempt limit may set, the
+// cfgLimit converts l to an interceptor.Limit and adds its problems to ps; nil is the
+// zero interceptor.Limit. The file's own rules (what an exempt limit may set, the
 // enum, durations, the rate limit) are checked here; the values of the
 // algorithm and the queue by package limiter, through cfgLimiterCheck.
-func cfgLimit(ps *cfgProblems, path string, l *sluicev1.Limit) Limit {
+func cfgLimit(ps *cfgProblems, path string, l *sluicev1.Limit) interceptor.Limit {
 	if l == nil {
-		return Limit{}
+		return interceptor.Limit{}
 	}
 	if l.GetExempt() {
 		var set []string
@@ -427,11 +479,11 @@ func cfgLimit(ps *cfgProblems, path string, l *sluicev1.Limit) Limit {
 		if len(set) > 0 {
 			ps.add(path+".exempt", "true conflicts with %s: an exempt method has no limiter", strings.Join(set, ", "))
 		}
-		return Limit{Exempt: true}
+		return interceptor.Limit{Exempt: true}
 	}
-	out := Limit{
+	out := interceptor.Limit{
 		LIFO:   l.GetQueue().GetLifo(),
-		Rate:   RateLimit{PerSecond: l.GetRateLimit().GetPerSecond(), Burst: int(l.GetRateLimit().GetBurst())},
+		Rate:   interceptor.RateLimit{PerSecond: l.GetRateLimit().GetPerSecond(), Burst: int(l.GetRateLimit().GetBurst())},
 		DryRun: l.GetDryRun(),
 	}
 	switch alg := l.GetAlgorithm().(type) {
@@ -499,11 +551,11 @@ func cfgLimit(ps *cfgProblems, path string, l *sluicev1.Limit) Limit {
 	return out
 }
 
-var cfgPriority = map[sluicev1.Priority]Priority{
-	sluicev1.Priority_PRIORITY_UNSPECIFIED: PriorityDefault,
-	sluicev1.Priority_PRIORITY_DEFAULT:     PriorityDefault,
-	sluicev1.Priority_PRIORITY_CRITICAL:    PriorityCritical,
-	sluicev1.Priority_PRIORITY_SHEDDABLE:   PrioritySheddable,
+var cfgPriority = map[sluicev1.Priority]interceptor.Priority{
+	sluicev1.Priority_PRIORITY_UNSPECIFIED: interceptor.PriorityDefault,
+	sluicev1.Priority_PRIORITY_DEFAULT:     interceptor.PriorityDefault,
+	sluicev1.Priority_PRIORITY_CRITICAL:    interceptor.PriorityCritical,
+	sluicev1.Priority_PRIORITY_SHEDDABLE:   interceptor.PrioritySheddable,
 }
 
 // cfgAlgorithm is the file's name of l's algorithm ("aimd") and its
@@ -537,7 +589,7 @@ var cfgAllowed = map[string]string{
 // its path in the file. A field l leaves unset is shown as the limiter's
 // default ("default 20"), and a problem that only follows from another
 // (an initial limit outside a min_limit already reported) is left out.
-func cfgLimiterCheck(ps *cfgProblems, path string, l *sluicev1.Limit, out Limit) {
+func cfgLimiterCheck(ps *cfgProblems, path string, l *sluicev1.Limit, out interceptor.Limit) {
 	var errs []error
 	if out.Algorithm != nil {
 		if _, err := out.Algorithm.New(); err != nil {
@@ -658,7 +710,10 @@ func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit)
 	case burst < 0:
 		ps.add(path+".rate_limit.burst", "%d is not >= 0", burst)
 	case rateOK:
-		b := RateLimit{PerSecond: rate, Burst: int(burst)}.burst()
+		b := int(burst)
+		if b == 0 { // one second's worth, as interceptor.RateLimit reads it
+			b = max(1, int(math.Min(rate, limiter.MaxLimit)))
+		}
 		if interval := math.Round(1e9 / rate); interval*float64(b) > 1<<61 {
 			ps.add(path+".rate_limit.burst", "%d at %v a second takes more than 73 years to refill", b, rate)
 		}
@@ -694,7 +749,7 @@ func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit)
 		}
 	}
 	if n := cl.GetMaxCallers(); n < 0 {
-		ps.add(path+".max_callers", "%d is not in [1, %d] (0 for %d)", n, math.MaxInt32, defaultMaxCallers)
+		ps.add(path+".max_callers", "%d is not in [1, %d] (0 for 100000)", n, math.MaxInt32)
 	}
 }
 

@@ -1,4 +1,4 @@
-package interceptor
+package config
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/interceptor"
 )
 
 // padded returns a valid config of exactly size bytes: JSON allows any
@@ -32,22 +34,22 @@ func TestLoadConfigSizeLimit(t *testing.T) {
 		size int
 		err  string
 	}{
-		{"at the limit", maxConfigSize, ""},
-		{"one byte over", maxConfigSize + 1, fmt.Sprintf("is %d bytes, more than the limit of %d bytes", maxConfigSize+1, maxConfigSize)},
-		{"far over", 8 * maxConfigSize, fmt.Sprintf("is %d bytes, more than the limit of %d bytes", 8*maxConfigSize, maxConfigSize)},
+		{"at the limit", maxSize, ""},
+		{"one byte over", maxSize + 1, fmt.Sprintf("is %d bytes, more than the limit of %d bytes", maxSize+1, maxSize)},
+		{"far over", 8 * maxSize, fmt.Sprintf("is %d bytes, more than the limit of %d bytes", 8*maxSize, maxSize)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "big.json")
 			require.NoError(t, os.WriteFile(path, padded(t, cfg, tt.size), 0o600))
-			opts, err := LoadConfig(path)
+			opts, err := Load(path)
 			if tt.err == "" {
 				require.NoError(t, err)
 				assert.NotEmpty(t, opts)
 				return
 			}
 			require.Error(t, err)
-			assert.Equal(t, "interceptor: config "+path+" "+tt.err, err.Error())
+			assert.Equal(t, "config: "+path+" "+tt.err, err.Error())
 		})
 	}
 }
@@ -55,23 +57,23 @@ func TestLoadConfigSizeLimit(t *testing.T) {
 func TestWatchConfigSizeLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := watchConfig(t)
-		require.NoError(t, os.WriteFile(w.path, padded(t, `{"default": {"fixed": {"limit": 7}}}`, maxConfigSize+1), 0o600))
+		require.NoError(t, os.WriteFile(w.path, padded(t, `{"default": {"fixed": {"limit": 7}}}`, maxSize+1), 0o600))
 		time.Sleep(time.Second) // fake time: one poll
 		synctest.Wait()
-		assert.Equal(t, 3, gateOf(w.s.core, unaryMethod).lim.Limit(), "an oversized file changes nothing")
+		assert.Equal(t, 3, limitOf(t, w.s, unaryMethod), "an oversized file changes nothing")
 		errs := w.errs()
 		require.Len(t, errs, 1)
-		assert.Equal(t, fmt.Sprintf("interceptor: config %s is %d bytes, more than the limit of %d bytes", w.path, maxConfigSize+1, maxConfigSize), errs[0].Error())
+		assert.Equal(t, fmt.Sprintf("config: %s is %d bytes, more than the limit of %d bytes", w.path, maxSize+1, maxSize), errs[0].Error())
 		w.stop()
 	})
 }
 
-// A configWatch is WatchConfig polling every second over a file of limit 3
-// that its Server was built from.
+// A configWatch is Watch polling every second over a file of limit 3
+// that its interceptor.Server was built from.
 type configWatch struct {
 	t    *testing.T
 	path string
-	s    *Server
+	s    *interceptor.Server
 
 	mu     sync.Mutex
 	errors []error
@@ -80,25 +82,25 @@ type configWatch struct {
 }
 
 // watchConfig starts a configWatch. It must run inside a synctest bubble;
-// the Server is closed when t ends.
+// the interceptor.Server is closed when t ends.
 func watchConfig(t *testing.T) *configWatch {
 	t.Helper()
 	w := &configWatch{t: t, path: filepath.Join(t.TempDir(), "sluice.json"), done: make(chan error)}
 	require.NoError(t, os.WriteFile(w.path, []byte(`{"default": {"fixed": {"limit": 3}}}`), 0o600))
-	opts, err := LoadConfig(w.path)
+	opts, err := Load(w.path)
 	require.NoError(t, err)
-	w.s, err = NewServer(opts...)
+	w.s, err = interceptor.NewServer(opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, w.s.Close()) })
 	var ctx context.Context
 	ctx, w.cancel = context.WithCancel(t.Context())
 	onError := func(err error) { w.mu.Lock(); defer w.mu.Unlock(); w.errors = append(w.errors, err) }
-	go func() { w.done <- WatchConfig(ctx, w.path, time.Second, w.s, onError) }()
+	go func() { w.done <- Watch(ctx, w.path, time.Second, w.s, onError) }()
 	synctest.Wait()
 	return w
 }
 
-// errs returns the errors WatchConfig reported so far.
+// errs returns the errors Watch reported so far.
 func (w *configWatch) errs() []error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
