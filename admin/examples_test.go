@@ -169,3 +169,32 @@ func ExampleWithUnixSocketPeers() {
 	// sluice.test.v1.TestService/Unary
 	// sluice.test.v1.TestService/Unary 2
 }
+
+// The README's admin service: on a Unix socket, beside reflection.
+func ExampleNewService_unixSocket() {
+	limits, err := interceptor.NewServer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(limits.ServerOptions()...)
+	// register every service on srv, then:
+	if err := limits.CheckRegistered(srv); err != nil {
+		log.Fatal(err) // a configured method or service this server does not serve
+	}
+
+	svc, err := admin.NewService(limits, admin.WithUnixSocketPeers())
+	if err != nil {
+		log.Fatal(err)
+	}
+	ops := grpc.NewServer()
+	sluicev1.RegisterLimitsServiceServer(ops, svc)
+	reflection.Register(ops)                                      // google.golang.org/grpc/reflection, for grpcurl
+	lis, err := net.Listen("unix", "/run/shop/sluice-admin.sock") // a directory only operators can reach
+	if err != nil {
+		log.Fatal(err)
+	}
+	go ops.Serve(lis)
+
+	defer ops.Stop()
+	srv.Stop()
+}
