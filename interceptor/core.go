@@ -324,17 +324,11 @@ func (c *core) admitted(ctx context.Context, r *route, o limiter.Outcome) {
 	c.metrics.admitted(ctx, r.attrs, o)
 }
 
-// Close stops reporting the live limits to the MeterProvider. The
-// interceptors keep working.
-func (c *core) Close() error { return c.metrics.close() }
+// close implements Server.Close and Client.Close.
+func (c *core) close() error { return c.metrics.close() }
 
-// Limiters returns a snapshot of every live limiter, in creation order,
-// one per name. Limiters are created on a method's first call, so a method
-// never called has none yet, unless Server.CheckRegistered has created the
-// limiters of every registered method; after a Reload, a limiter that no call can
-// reach any more is no longer listed (calls it admitted still return their
-// permits to it).
-func (c *core) Limiters() []LimiterState {
+// limiters implements Server.Limiters and Client.Limiters.
+func (c *core) limiters() []LimiterState {
 	c.metrics.mu.Lock()
 	defer c.metrics.mu.Unlock()
 	out := make([]LimiterState, len(c.metrics.gates))

@@ -75,7 +75,7 @@ func TestCounts(t *testing.T) {
 					assert.NoError(t, err)
 				})
 				b.awaitEntered(t, 1)
-				st := c.Limiters()[0]
+				st := c.limiters()[0]
 				assert.Equal(t, uint64(1), st.Admitted, "a call in flight is not counted yet")
 			}
 			for range 3 {
@@ -92,7 +92,7 @@ func TestCounts(t *testing.T) {
 				e.awaitRelease(t, tt.side)
 			}
 
-			got := c.Limiters()
+			got := c.limiters()
 			require.Len(t, got, 1)
 			assert.Equal(t, tt.admits, got[0].Admitted, "admitted")
 			assert.Equal(t, tt.rejects, got[0].Rejected, "rejected")

@@ -50,10 +50,8 @@ func (c *core) logDry(ctx context.Context, r *route, what string) {
 		slog.String("why", what), slog.Int64("rejections", n))
 }
 
-// SetDryRun switches the limiter named name (as Limiters names it) in or
-// out of a dry run (see Limit.DryRun) until the next Reload, which applies
-// the configuration's setting again. The limiter keeps its state.
-func (c *core) SetDryRun(name string, on bool) error {
+// setDryRun implements Server.SetDryRun and Client.SetDryRun.
+func (c *core) setDryRun(name string, on bool) error {
 	g := c.gateNamed(name)
 	if g == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownLimiter, name)

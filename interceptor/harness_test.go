@@ -123,7 +123,7 @@ func newEnv(t *testing.T, svc *testpb.Service, ec envConfig) *env {
 				assert.Zero(t, g.lim.Inflight(), "%s %s: permits in flight after the test", c.side, g.name)
 				assert.Zero(t, g.lim.QueueLen(), "%s %s: callers queued after the test", c.side, g.name)
 			}
-			assert.NoError(t, c.Close())
+			assert.NoError(t, c.close())
 		}
 	})
 	return e

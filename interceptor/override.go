@@ -20,12 +20,8 @@ type override struct {
 	stop  func() bool // cancels the expiry
 }
 
-// SetOverride pins the limiter named name (as Limiters names it) at limit
-// for ttl: the algorithm keeps learning meanwhile, and when ttl has passed
-// the limiter resumes adapting. A new override replaces a running one.
-// limit 0 rejects every call. Use it during an incident, typically from
-// the admin service (package admin).
-func (c *core) SetOverride(name string, limit int, ttl time.Duration) error {
+// setOverride implements Server.SetOverride and Client.SetOverride.
+func (c *core) setOverride(name string, limit int, ttl time.Duration) error {
 	if ttl <= 0 || ttl > maxOverride {
 		return fmt.Errorf("interceptor: override ttl is %v, must be in (0, %v]", ttl, maxOverride)
 	}
@@ -54,9 +50,8 @@ func (c *core) SetOverride(name string, limit int, ttl time.Duration) error {
 	return nil
 }
 
-// ClearOverride ends the override of the limiter named name at once; it
-// does nothing if there is none.
-func (c *core) ClearOverride(name string) error {
+// clearOverride implements Server.ClearOverride and Client.ClearOverride.
+func (c *core) clearOverride(name string) error {
 	g := c.gateNamed(name)
 	if g == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownLimiter, name)

@@ -16,7 +16,7 @@ import (
 // limiterNames lists the names Limiters gives, in order.
 func limiterNames(c *core) []string {
 	var names []string
-	for _, l := range c.Limiters() {
+	for _, l := range c.limiters() {
 		names = append(names, l.Name)
 	}
 	return names

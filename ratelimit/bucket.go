@@ -245,7 +245,7 @@ func (b *Bucket) Rate() float64 {
 	return b.rate
 }
 
-// Capacity returns the most tokens the bucket holds: the largest burst.
+// Burst returns the most tokens the bucket holds: the largest burst.
 func (b *Bucket) Burst() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
