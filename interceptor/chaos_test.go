@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -162,7 +163,9 @@ func deadlineStorm(t *testing.T, server []ServerOption) {
 		default:
 		}
 	}
-	e.srv.released, e.srv.rejected, e.cli.released, e.cli.rejected = signal, nil, signal, nil
+	for _, c := range []*core{e.srv.core, e.cli.core} {
+		hook(t, c, func(h *testhook.Hooks) { h.Released, h.Rejected = signal, nil })
+	}
 	// Connect first: calls of a few milliseconds could all expire while
 	// the connection is being set up. And end each side's start (its first
 	// probe times 16 calls): until then a fresh limiter backs off on every

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 	"github.com/sluice-go/sluice/limiter"
 )
 
@@ -44,8 +45,6 @@ import (
 // grpc.ClientConn with DialOptions.
 type Client struct {
 	*core
-	// afterFunc runs f after d; tests replace it to control time.
-	afterFunc func(d time.Duration, f func())
 }
 
 // NewClient returns a Client configured by opts.
@@ -54,10 +53,8 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{core: c, afterFunc: afterFunc}, nil
+	return &Client{core: c}, nil
 }
-
-func afterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
 
 // Reload applies new options to c without a restart and without dropping
 // a call, layered over the options c was built with, as Server.Reload does.
@@ -149,8 +146,8 @@ func (c *Client) end(ctx context.Context, r *route, tok *limiter.Token, res Resu
 			*tok = limiter.Token{}
 			c.afterFunc(min(d, r.t.maxHold), func() {
 				held.ReleaseUntimed(limiter.Dropped)
-				if c.released != nil {
-					c.released()
+				if h := testhook.For(c.core); h != nil && h.Released != nil {
+					h.Released()
 				}
 			})
 			return

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -44,7 +45,7 @@ func TestClientRejectsLocally(t *testing.T) {
 	e.awaitRelease(t, "client")
 }
 
-// manualTimer replaces a Client's afterFunc so tests decide when a held
+// manualTimer replaces a Client's timers so tests decide when a held
 // permit comes back.
 type manualTimer struct {
 	mu    sync.Mutex
@@ -52,11 +53,12 @@ type manualTimer struct {
 	funcs []func()
 }
 
-func (m *manualTimer) afterFunc(d time.Duration, f func()) {
+func (m *manualTimer) afterFunc(d time.Duration, f func()) (stop func() bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.after = append(m.after, d)
 	m.funcs = append(m.funcs, f)
+	return func() bool { return false }
 }
 
 func (m *manualTimer) fire() {
@@ -95,7 +97,7 @@ func TestClientHonoursPushback(t *testing.T) {
 				client: append([]ClientOption{WithDefault(perCall())}, tt.maxHold...),
 			})
 			timer := &manualTimer{}
-			e.cli.afterFunc = timer.afterFunc
+			hook(t, e.cli.core, func(h *testhook.Hooks) { h.AfterFunc = timer.afterFunc })
 			cg := gateOf(e.cli.core, unaryMethod)
 
 			var wg sync.WaitGroup
@@ -232,7 +234,7 @@ func TestClientStreamFailingToStart(t *testing.T) {
 	cli, err := NewClient(WithDefault(perCall()))
 	require.NoError(t, err)
 	released := make(chan struct{}, 10)
-	cli.released = func() { released <- struct{}{} }
+	hook(t, cli.core, func(h *testhook.Hooks) { h.Released = func() { released <- struct{}{} } })
 	defer func() { assert.NoError(t, cli.Close()) }()
 
 	e := newEnv(t, svc, envConfig{noServer: true, noClient: true})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 	"github.com/sluice-go/sluice/limiter"
 )
 
@@ -26,12 +27,6 @@ type core struct {
 	tab      atomic.Pointer[table] // replaced whole by Reload
 	metrics  *metrics
 	reloadMu sync.Mutex
-	// timer runs a func after a delay (overrides expire with it).
-	timer func(d time.Duration, f func()) (stop func() bool)
-	// released and rejected, when set by a test, run after every permit
-	// is returned and every call is rejected.
-	released func()
-	rejected func(reason string)
 	// onReject, set by WithLoadReports, learns why each call of g was
 	// rejected.
 	onReject func(ctx context.Context, g *gate, reason string)
@@ -51,7 +46,7 @@ func newCore(side string, opts []func(*config)) (*core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
-	c := &core{side: side, base: slices.Clone(opts), metrics: m, timer: systemTimer, early: cfg.early}
+	c := &core{side: side, base: slices.Clone(opts), metrics: m, early: cfg.early}
 	t.newAttrs, t.onGate = m.newAttrs, m.addGate
 	c.tab.Store(t)
 	return c, nil
@@ -239,8 +234,8 @@ func (c *core) rejectedFor(ctx context.Context, r *route, reason string) {
 			c.onReject(ctx, r.gate, reason)
 		}
 	}
-	if c.rejected != nil {
-		c.rejected(reason)
+	if h := testhook.For(c); h != nil && h.Rejected != nil {
+		h.Rejected(reason)
 	}
 }
 
@@ -313,8 +308,8 @@ func (c *core) releaseAs(ctx context.Context, r *route, tok *limiter.Token, o li
 	if record {
 		c.metrics.recordRTT(ctx, r.attrs, held)
 	}
-	if c.released != nil {
-		c.released()
+	if h := testhook.For(c); h != nil && h.Released != nil {
+		h.Released()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 	"github.com/sluice-go/sluice/limiter"
 )
 
@@ -149,7 +150,8 @@ func FuzzClientPushback(f *testing.F) {
 		}
 		defer func() { _ = c.Close() }()
 		timer := &manualTimer{}
-		c.afterFunc = timer.afterFunc
+		remove := testhook.Update(c.core, func(h *testhook.Hooks) { h.AfterFunc = timer.afterFunc })
+		defer remove()
 		invoker := func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
 			for _, o := range opts {
 				if tr, ok := o.(grpc.TrailerCallOption); ok {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -81,8 +82,10 @@ func newEnv(t *testing.T, svc *testpb.Service, ec envConfig) *env {
 	if !ec.noServer {
 		s, err := NewServer(ec.server...)
 		require.NoError(t, err)
-		s.released = func() { e.releases <- "server" }
-		s.rejected = func(reason string) { e.rejections <- "server:" + reason }
+		hook(t, s.core, func(h *testhook.Hooks) {
+			h.Released = func() { e.releases <- "server" }
+			h.Rejected = func(reason string) { e.rejections <- "server:" + reason }
+		})
 		e.srv = s
 		sopts = append(sopts, s.ServerOptions()...)
 	}
@@ -101,8 +104,10 @@ func newEnv(t *testing.T, svc *testpb.Service, ec envConfig) *env {
 	if !ec.noClient {
 		c, err := NewClient(ec.client...)
 		require.NoError(t, err)
-		c.released = func() { e.releases <- "client" }
-		c.rejected = func(reason string) { e.rejections <- "client:" + reason }
+		hook(t, c.core, func(h *testhook.Hooks) {
+			h.Released = func() { e.releases <- "client" }
+			h.Rejected = func(reason string) { e.rejections <- "client:" + reason }
+		})
 		e.cli = c
 		dopts = append(dopts, c.DialOptions()...)
 	}
@@ -247,4 +252,11 @@ func clientOpts(opts []Option) []ClientOption {
 		out[i] = o
 	}
 	return out
+}
+
+// hook edits the test hooks of c until the test ends.
+func hook(t testing.TB, c *core, change func(*testhook.Hooks)) {
+	t.Helper()
+	remove := testhook.Update(c, change)
+	t.Cleanup(remove)
 }

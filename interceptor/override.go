@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 )
 
 // ErrUnknownLimiter is returned by SetOverride and ClearOverride for a name
@@ -38,7 +40,7 @@ func (c *core) setOverride(name string, limit int, ttl time.Duration) error {
 		g.ovr.stop()
 	}
 	o := &override{until: time.Now().Add(ttl)}
-	o.stop = c.timer(ttl, func() {
+	o.stop = c.afterFunc(ttl, func() {
 		g.omu.Lock()
 		defer g.omu.Unlock()
 		if g.ovr == o { // not replaced or cleared meanwhile
@@ -88,8 +90,12 @@ func (c *core) gateNamed(name string) *gate {
 	return nil
 }
 
-// timer runs f after d and returns a func that cancels it; tests replace
-// core.timer to control time.
-func systemTimer(d time.Duration, f func()) (stop func() bool) {
+// afterFunc runs f after d and returns a func that cancels it: the timers
+// of overrides, of the tap's hold and of a client's pushback hold, which a
+// test can steer (testhook).
+func (c *core) afterFunc(d time.Duration, f func()) (stop func() bool) {
+	if h := testhook.For(c); h != nil && h.AfterFunc != nil {
+		return h.AfterFunc(d, f)
+	}
 	return time.AfterFunc(d, f).Stop
 }

@@ -8,9 +8,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 )
 
-// fakeTimers replaces core.timer: expiries run when the test says.
+// fakeTimers replaces a core's timers: expiries run when the test says.
 type fakeTimers struct {
 	mu      sync.Mutex
 	pending []*fakeTimer
@@ -54,7 +56,7 @@ func TestOverride(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	timers := &fakeTimers{}
-	s.timer = timers.timer
+	hook(t, s.core, func(h *testhook.Hooks) { h.AfterFunc = timers.timer })
 	g := gateOf(s.core, unaryMethod)
 	name := "sluice.test.v1.TestService/Unary"
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/callerkey"
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -112,7 +113,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		}
 	}}
 	e := newEnv(t, svc, envConfig{server: []ServerOption{WithMethod(unaryMethod, fixed(4))}, noClient: true})
-	e.srv.released, e.srv.rejected = nil, nil
+	hook(t, e.srv.core, func(h *testhook.Hooks) { h.Released, h.Rejected = nil, nil })
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

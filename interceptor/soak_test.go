@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -75,7 +76,7 @@ func TestSoak(t *testing.T) {
 		client: []ClientOption{WithMaxPushback(50 * time.Millisecond)},
 	})
 	for _, c := range []*core{e.srv.core, e.cli.core} {
-		c.released, c.rejected = nil, nil
+		hook(t, c, func(h *testhook.Hooks) { h.Released, h.Rejected = nil, nil })
 	}
 
 	// One call of a random shape, ended a random way.

@@ -153,7 +153,7 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (_ context.Context, er
 	ctx = context.WithValue(ctx, earlyKey{}, p)
 	// A caller that sends its headers and holds its request back must not
 	// keep the permit: see WithEarlyRejection.
-	p.stopTimer = s.timer(earlyHold(r.gate), func() {
+	p.stopTimer = s.afterFunc(earlyHold(r.gate), func() {
 		if p.state.CompareAndSwap(earlyHeld, earlyExpired) {
 			s.release(ctx, r, &p.tok, limiter.Ignored, false)
 		}

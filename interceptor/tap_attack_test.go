@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/callerkey"
+	"github.com/sluice-go/sluice/interceptor/internal/testhook"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 	"github.com/sluice-go/sluice/limiter"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -127,7 +128,7 @@ func TestAttackTapHeldPermits(t *testing.T) {
 		server:     []ServerOption{WithDefault(fixed(4)), WithEarlyRejection()},
 		serverOpts: []grpc.ServerOption{grpc.StatsHandler(seen)}})
 	timers := &earlyTimers{}
-	e.srv.timer = timers.timer
+	hook(t, e.srv.core, func(h *testhook.Hooks) { h.AfterFunc = timers.timer })
 
 	// The first call makes the method's limiter (and teaches its RTT).
 	_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
