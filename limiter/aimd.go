@@ -114,11 +114,7 @@ type aimd struct {
 // New returns a fresh AIMD configured by c, or an error naming every field
 // that is out of range.
 func (c AIMDConfig) New() (Algorithm, error) {
-	a, err := newAIMD(c)
-	if err != nil {
-		return nil, err
-	}
-	return a, nil
+	return algorithm(newAIMD(c))
 }
 
 func newAIMD(c AIMDConfig) (*aimd, error) {

@@ -301,3 +301,20 @@ func TestWindowSubMicrosecond(t *testing.T) {
 	assert.False(t, math.IsNaN(cv))
 	assert.Equal(t, minTripSamples, samplesNeeded(cv))
 }
+
+// TestConfigNewErrors: a configuration out of range makes no Algorithm,
+// not a nil pointer that a nil check would take for one.
+func TestConfigNewErrors(t *testing.T) {
+	for _, c := range []AlgorithmConfig{
+		AIMDConfig{BackoffRatio: 2}, VegasConfig{Alpha: -1}, Gradient2Config{Smoothing: 2}, FixedConfig{Limit: 0},
+	} {
+		a, err := c.New()
+		assert.Error(t, err, "%T", c)
+		assert.True(t, a == nil, "%T made a non-nil Algorithm", c)
+	}
+	for _, c := range []AlgorithmConfig{AIMDConfig{}, VegasConfig{}, Gradient2Config{}, FixedConfig{Limit: 1}} {
+		a, err := c.New()
+		require.NoError(t, err, "%T", c)
+		assert.NotNil(t, a)
+	}
+}

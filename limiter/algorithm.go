@@ -25,3 +25,12 @@ type Algorithm interface {
 type AlgorithmConfig interface {
 	New() (Algorithm, error)
 }
+
+// algorithm returns a, made with err, as an Algorithm: nil with an error,
+// never a nil pointer in a non-nil interface.
+func algorithm[A Algorithm](a A, err error) (Algorithm, error) {
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}

@@ -10,11 +10,7 @@ type FixedConfig struct {
 
 // New returns a fixed limit of c.Limit, or an error if it is out of range.
 func (c FixedConfig) New() (Algorithm, error) {
-	f, err := newFixed(c.Limit)
-	if err != nil {
-		return nil, err
-	}
-	return f, nil
+	return algorithm(newFixed(c.Limit))
 }
 
 // fixed is the Algorithm a FixedConfig makes.

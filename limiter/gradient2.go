@@ -96,11 +96,7 @@ type gradient2 struct {
 // New returns a fresh Gradient2 configured by c, or an error naming every
 // field that is out of range.
 func (c Gradient2Config) New() (Algorithm, error) {
-	g, err := newGradient2(c)
-	if err != nil {
-		return nil, err
-	}
-	return g, nil
+	return algorithm(newGradient2(c))
 }
 
 func newGradient2(c Gradient2Config) (*gradient2, error) {

@@ -106,11 +106,7 @@ type vegas struct {
 // New returns a fresh Vegas configured by c, or an error naming every
 // field that is out of range.
 func (c VegasConfig) New() (Algorithm, error) {
-	v, err := newVegas(c)
-	if err != nil {
-		return nil, err
-	}
-	return v, nil
+	return algorithm(newVegas(c))
 }
 
 func newVegas(c VegasConfig) (*vegas, error) {
