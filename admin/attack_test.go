@@ -32,10 +32,10 @@ func TestAttackLoopbackWithoutCredentials(t *testing.T) {
 	old := slog.Default()
 	slog.SetDefault(slog.New(rec))
 	defer slog.SetDefault(old)
-	svc, err := NewService(limits)
+	svc, err := newService(limits)
 	assert.EqualError(t, err, errNoAuthorizer, "no service without an authorizer")
 	if err != nil {
-		svc = &Service{} // what a user who skips the constructor gets
+		svc = &service{} // a service without authorizers refuses every call all the same
 	}
 	gs := grpc.NewServer()
 	sluicev1.RegisterLimitsServiceServer(gs, svc)

@@ -22,10 +22,10 @@ import (
 // service mesh sidecars forward remote traffic from local addresses.
 type Authorizer func(ctx context.Context, fullMethod string) (caller string, err error)
 
-// errNoAuthorizer is what every call of a Service without an authorizer
-// gets, and what NewService says without one.
+// errNoAuthorizer is what every call of a service without an authorizer
+// gets, and what Register says without one.
 const errNoAuthorizer = "admin: the limits service admits no one until told who may use it: " +
-	"create it with admin.NewService and WithTLSClients, WithUnixSocketPeers or WithAuthorizer"
+	"register it with admin.Register and WithTLSClients, WithUnixSocketPeers or WithAuthorizer"
 
 func tlsClients(names map[string]bool) Authorizer {
 	return func(ctx context.Context, _ string) (string, error) {

@@ -73,7 +73,7 @@ func (r *recorder) audit() []logged {
 }
 
 // serve serves svc on lis until the test ends.
-func serve(t *testing.T, svc *Service, lis net.Listener, opts ...grpc.ServerOption) {
+func serve(t *testing.T, svc *service, lis net.Listener, opts ...grpc.ServerOption) {
 	t.Helper()
 	gs := grpc.NewServer(opts...)
 	sluicev1.RegisterLimitsServiceServer(gs, svc)
@@ -139,7 +139,7 @@ func TestZeroServiceRefusesAll(t *testing.T) {
 	old := slog.Default()
 	slog.SetDefault(slog.New(rec))
 	defer slog.SetDefault(old)
-	for _, svc := range []*Service{nil, {}} {
+	for _, svc := range []*service{nil, {}} {
 		_, err := svc.ListLimits(t.Context(), &sluicev1.ListLimitsRequest{})
 		assert.Equal(t, codes.PermissionDenied, status.Code(err))
 		assert.Equal(t, errNoAuthorizer, status.Convert(err).Message())
@@ -210,7 +210,7 @@ func TestTLSClients(t *testing.T) {
 	limits, err := interceptor.NewServer()
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, limits.Close()) }()
-	svc, err := NewService(limits, WithTLSClients("ops.example.com"), WithLogger(slog.New(rec)))
+	svc, err := newService(limits, WithTLSClients("ops.example.com"), WithLogger(slog.New(rec)))
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -262,7 +262,7 @@ func TestUnixSocketPeers(t *testing.T) {
 	limits, err := interceptor.NewServer()
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, limits.Close()) }()
-	svc, err := NewService(limits, WithUnixSocketPeers(), WithLogger(slog.New(rec)))
+	svc, err := newService(limits, WithUnixSocketPeers(), WithLogger(slog.New(rec)))
 	require.NoError(t, err)
 	ul, err := net.Listen("unix", sock)
 	require.NoError(t, err)

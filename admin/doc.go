@@ -4,7 +4,7 @@
 //
 // The service can take a server down (an override of 0 rejects every
 // call, and can be renewed for ever), so it is closed until you say who may
-// use it. NewService refuses to build it without one of:
+// use it. Register refuses to register it without one of:
 //
 //   - WithTLSClients: callers with a client certificate the server
 //     verified, carrying one of the listed names (mTLS);
@@ -14,11 +14,9 @@
 //
 // No caller is trusted for its address: proxies and service mesh sidecars
 // (Istio forwards from 127.0.0.6) make remote callers look local. Register
-// the service yourself, on an internal server and listener:
+// the service on an internal server and listener:
 //
-//	svc, err := admin.NewService(limits, admin.WithTLSClients("spiffe://example.com/ops"))
-//	...
-//	sluicev1.RegisterLimitsServiceServer(adminServer, svc)
+//	err := admin.Register(adminServer, limits, admin.WithTLSClients("spiffe://example.com/ops"))
 //
 // Limiters are named as the metrics' sluice.limiter attribute names them:
 // "pkg.Svc/Method", "pkg.Svc/" for a service entry, "_OTHER". Requests

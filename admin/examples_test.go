@@ -29,7 +29,7 @@ import (
 
 // The admin service on a separate, internal server, open only to clients
 // with an operator certificate from the company CA.
-func ExampleNewService() {
+func ExampleRegister() {
 	limits, err := interceptor.NewServer()
 	if err != nil {
 		log.Fatal(err)
@@ -43,15 +43,14 @@ func ExampleNewService() {
 		ClientCAs:  operatorCAs,
 		// Certificates: the server's own certificate.
 	}
-	svc, err := admin.NewService(limits,
+	internal := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsConfig)))
+	err = admin.Register(internal, limits,
 		admin.WithTLSClients("spiffe://example.com/ops/oncall", "sre-bot.example.com"),
 		admin.WithLogger(slog.New(slog.NewJSONHandler(os.Stderr, nil))), // the audit log
 	)
 	if err != nil {
 		log.Fatal(err)
 	}
-	internal := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsConfig)))
-	sluicev1.RegisterLimitsServiceServer(internal, svc)
 	// Serve public on the public listener, internal on an internal one.
 	public.Stop()
 	internal.Stop()
@@ -75,12 +74,10 @@ func ExampleWithAuthorizer() {
 		}
 		return "", errors.New("operators only: send x-operator-token")
 	}
-	svc, err := admin.NewService(limits, admin.WithAuthorizer(operatorToken))
-	if err != nil {
+	internal := grpc.NewServer() // over TLS in production: the token must not travel in clear
+	if err := admin.Register(internal, limits, admin.WithAuthorizer(operatorToken)); err != nil {
 		log.Fatal(err)
 	}
-	internal := grpc.NewServer() // over TLS in production: the token must not travel in clear
-	sluicev1.RegisterLimitsServiceServer(internal, svc)
 	internal.Stop()
 	_ = limits.Close()
 	// Output:
@@ -88,16 +85,16 @@ func ExampleWithAuthorizer() {
 
 // Without an authorizer there is no service: nothing is trusted for its
 // address alone, loopback included.
-func ExampleNewService_closed() {
+func ExampleRegister_closed() {
 	limits, err := interceptor.NewServer()
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer limits.Close()
-	_, err = admin.NewService(limits)
+	err = admin.Register(grpc.NewServer(), limits)
 	fmt.Println(err)
 	// Output:
-	// admin: the limits service admits no one until told who may use it: create it with admin.NewService and WithTLSClients, WithUnixSocketPeers or WithAuthorizer
+	// admin: the limits service admits no one until told who may use it: register it with admin.Register and WithTLSClients, WithUnixSocketPeers or WithAuthorizer
 }
 
 // The README's path: the admin service on a Unix socket that only
@@ -115,12 +112,10 @@ func ExampleWithUnixSocketPeers() {
 		log.Fatal(err)
 	}
 
-	svc, err := admin.NewService(limits, admin.WithUnixSocketPeers())
-	if err != nil {
+	ops := grpc.NewServer()
+	if err := admin.Register(ops, limits, admin.WithUnixSocketPeers()); err != nil {
 		log.Fatal(err)
 	}
-	ops := grpc.NewServer()
-	sluicev1.RegisterLimitsServiceServer(ops, svc)
 	reflection.Register(ops) // for grpcurl
 	// In production, a directory only operators can reach.
 	dir, err := os.MkdirTemp("", "sluice-admin")
@@ -171,7 +166,7 @@ func ExampleWithUnixSocketPeers() {
 }
 
 // The README's admin service: on a Unix socket, beside reflection.
-func ExampleNewService_unixSocket() {
+func ExampleRegister_unixSocket() {
 	limits, err := interceptor.NewServer()
 	if err != nil {
 		log.Fatal(err)
@@ -182,12 +177,10 @@ func ExampleNewService_unixSocket() {
 		log.Fatal(err) // a configured method or service this server does not serve
 	}
 
-	svc, err := admin.NewService(limits, admin.WithUnixSocketPeers())
-	if err != nil {
+	ops := grpc.NewServer()
+	if err := admin.Register(ops, limits, admin.WithUnixSocketPeers()); err != nil {
 		log.Fatal(err)
 	}
-	ops := grpc.NewServer()
-	sluicev1.RegisterLimitsServiceServer(ops, svc)
 	reflection.Register(ops)                                      // google.golang.org/grpc/reflection, for grpcurl
 	lis, err := net.Listen("unix", "/run/shop/sluice-admin.sock") // a directory only operators can reach
 	if err != nil {

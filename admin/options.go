@@ -8,7 +8,7 @@ import (
 )
 
 // An Option configures a Service.
-type Option func(*Service)
+type Option func(*service)
 
 // Defaults of the watch stream bounds: enough watches for a few
 // dashboards and operators, too few to matter as a load.
@@ -23,7 +23,7 @@ const (
 // status error reaches the caller as it is; when several refuse, the
 // caller gets PERMISSION_DENIED with all their reasons.
 func WithAuthorizer(a Authorizer) Option {
-	return func(s *Service) {
+	return func(s *service) {
 		if a == nil {
 			s.errs = append(s.errs, errors.New("admin: WithAuthorizer(nil): give an Authorizer that decides who may change limits"))
 			return
@@ -41,7 +41,7 @@ func WithAuthorizer(a Authorizer) Option {
 // name is the caller in the log. To match on other fields, write an
 // Authorizer that reads credentials.TLSInfo from the peer.
 func WithTLSClients(names ...string) Option {
-	return func(s *Service) {
+	return func(s *service) {
 		if len(names) == 0 {
 			s.errs = append(s.errs, errors.New("admin: WithTLSClients(): list the certificate names (DNS, URI or email SANs) to admit"))
 			return
@@ -64,7 +64,7 @@ func WithTLSClients(names ...string) Option {
 // this only when the socket is in a directory that only operators can
 // reach and no proxy forwards other traffic to it.
 func WithUnixSocketPeers() Option {
-	return func(s *Service) { s.auth = append(s.auth, unixSocketPeers) }
+	return func(s *service) { s.auth = append(s.auth, unixSocketPeers) }
 }
 
 // WithLogger sets where the audit log goes: every override and clear,
@@ -79,19 +79,19 @@ func WithUnixSocketPeers() Option {
 // to 128 bytes, followed by "..." and its length in "limiter_bytes", so
 // that no caller can write megabytes or forged lines into the log.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *Service) { s.log = l }
+	return func(s *service) { s.log = l }
 }
 
 // withClock sets the clock of the refusal log's throttle, for tests.
 func withClock(now func() time.Time) Option {
-	return func(s *Service) { s.now = now }
+	return func(s *service) { s.now = now }
 }
 
 // WithMaxWatches bounds how many WatchLimits streams may be open at once
 // (16 by default), since each holds a goroutine and polls
 // every limiter. A watch beyond it is refused with RESOURCE_EXHAUSTED.
 func WithMaxWatches(n int) Option {
-	return func(s *Service) {
+	return func(s *service) {
 		if n < 1 {
 			s.errs = append(s.errs, fmt.Errorf("admin: WithMaxWatches(%d): must be at least 1", n))
 			return
@@ -105,7 +105,7 @@ func WithMaxWatches(n int) Option {
 // its slot for ever and a revoked operator stops seeing updates. At the
 // end the stream finishes with OK; a client that wants more watches again.
 func WithWatchLifetime(d time.Duration) Option {
-	return func(s *Service) {
+	return func(s *service) {
 		if d <= 0 {
 			s.errs = append(s.errs, fmt.Errorf("admin: WithWatchLifetime(%v): must be > 0", d))
 			return

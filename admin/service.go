@@ -37,9 +37,8 @@ const (
 	minWatchInterval     = 100 * time.Millisecond
 )
 
-// Service implements sluicev1.LimitsServiceServer over a Limits. Create
-// it with NewService: a Service built any other way refuses every call.
-type Service struct {
+// service implements sluicev1.LimitsServiceServer over a Limits.
+type service struct {
 	sluicev1.UnimplementedLimitsServiceServer
 	limits        Limits
 	auth          []Authorizer
@@ -52,15 +51,26 @@ type Service struct {
 	now           func() time.Time // the refusal log's clock; nil: time.Now
 }
 
-// NewService returns the admin service of limits. It refuses to create a
-// service no one is allowed to use by name: give at least one of
-// WithTLSClients, WithUnixSocketPeers or WithAuthorizer. No caller is
-// trusted for its address alone.
-func NewService(limits Limits, opts ...Option) (*Service, error) {
-	if limits == nil {
-		return nil, errors.New("admin: NewService needs the Limits to serve (an *interceptor.Server or *interceptor.Client)")
+// Register registers the admin service of limits on srv, the server that
+// operators reach (a port of its own, a Unix socket), not the one that
+// serves your clients. It refuses to register a service no one is allowed
+// to use by name: give at least one of WithTLSClients,
+// WithUnixSocketPeers or WithAuthorizer. No caller is trusted for its
+// address alone.
+func Register(srv grpc.ServiceRegistrar, limits Limits, opts ...Option) error {
+	s, err := newService(limits, opts...)
+	if err != nil {
+		return err
 	}
-	s := &Service{limits: limits, maxWatches: defaultMaxWatches, watchLifetime: defaultWatchLifetime}
+	sluicev1.RegisterLimitsServiceServer(srv, s)
+	return nil
+}
+
+func newService(limits Limits, opts ...Option) (*service, error) {
+	if limits == nil {
+		return nil, errors.New("admin: Register needs the Limits to serve (an *interceptor.Server or *interceptor.Client)")
+	}
+	s := &service{limits: limits, maxWatches: defaultMaxWatches, watchLifetime: defaultWatchLifetime}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
@@ -75,7 +85,7 @@ func NewService(limits Limits, opts ...Option) (*Service, error) {
 	return s, nil
 }
 
-func (s *Service) logger() *slog.Logger {
+func (s *service) logger() *slog.Logger {
 	if s != nil && s.log != nil {
 		return s.log
 	}
@@ -85,7 +95,7 @@ func (s *Service) logger() *slog.Logger {
 // authorize returns who the caller of method is, or the status error that
 // refuses the call. Refusals are logged with attrs, what the call asked
 // for.
-func (s *Service) authorize(ctx context.Context, method string, attrs ...slog.Attr) (string, error) {
+func (s *service) authorize(ctx context.Context, method string, attrs ...slog.Attr) (string, error) {
 	full := "/sluice.v1.LimitsService/" + method
 	var caller string
 	var err error
@@ -120,17 +130,17 @@ const (
 	maxLoggedName      = 128         // bytes of a limiter name
 )
 
-// nilRefusals throttles the refusals of a nil *Service.
+// nilRefusals throttles the refusals of a nil *service.
 var nilRefusals refusalLog
 
-func (s *Service) refusalLog() *refusalLog {
+func (s *service) refusalLog() *refusalLog {
 	if s == nil {
 		return &nilRefusals
 	}
 	return &s.refusals
 }
 
-func (s *Service) clock() time.Time {
+func (s *service) clock() time.Time {
 	if s != nil && s.now != nil {
 		return s.now()
 	}
@@ -184,7 +194,7 @@ func nameAttrs(name string) []slog.Attr {
 }
 
 // admit asks each Authorizer in turn; the first to admit the caller wins.
-func (s *Service) admit(ctx context.Context, full string) (string, error) {
+func (s *service) admit(ctx context.Context, full string) (string, error) {
 	var errs []error
 	for _, a := range s.auth {
 		caller, err := a(ctx, full)
@@ -213,7 +223,7 @@ func peerAddr(ctx context.Context) string {
 }
 
 // ListLimits implements sluicev1.LimitsServiceServer.
-func (s *Service) ListLimits(ctx context.Context, _ *sluicev1.ListLimitsRequest) (*sluicev1.ListLimitsResponse, error) {
+func (s *service) ListLimits(ctx context.Context, _ *sluicev1.ListLimitsRequest) (*sluicev1.ListLimitsResponse, error) {
 	caller, err := s.authorize(ctx, "ListLimits")
 	if err != nil {
 		return nil, err
@@ -232,7 +242,7 @@ func (s *Service) ListLimits(ctx context.Context, _ *sluicev1.ListLimitsRequest)
 // admission and rejection counts included: at most one message per
 // interval. At most WithMaxWatches streams are open at once, each for at
 // most WithWatchLifetime, after which it ends with OK.
-func (s *Service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.ServerStreamingServer[sluicev1.WatchLimitsResponse]) error {
+func (s *service) WatchLimits(req *sluicev1.WatchLimitsRequest, stream grpc.ServerStreamingServer[sluicev1.WatchLimitsResponse]) error {
 	ctx := stream.Context()
 	caller, err := s.authorize(ctx, "WatchLimits")
 	if err != nil {
@@ -300,7 +310,7 @@ func sameFigures(a, b interceptor.LimiterState) bool {
 // limiter's as ListLimits gives it, "pkg.Svc/Method", or the method's
 // "/pkg.Svc/Method"; so for ClearOverride and SetDryRun. Every attempt is
 // logged with the caller.
-func (s *Service) SetOverride(ctx context.Context, req *sluicev1.SetOverrideRequest) (*sluicev1.SetOverrideResponse, error) {
+func (s *service) SetOverride(ctx context.Context, req *sluicev1.SetOverrideRequest) (*sluicev1.SetOverrideResponse, error) {
 	attrs := append(nameAttrs(req.GetName()), slog.Int64("limit", int64(req.GetLimit())), slog.Duration("ttl", req.GetTtl().AsDuration()))
 	caller, err := s.authorize(ctx, "SetOverride", attrs...)
 	if err != nil {
@@ -320,7 +330,7 @@ func (s *Service) SetOverride(ctx context.Context, req *sluicev1.SetOverrideRequ
 	return &sluicev1.SetOverrideResponse{Limiter: l}, nil
 }
 
-func (s *Service) setOverride(req *sluicev1.SetOverrideRequest) error {
+func (s *service) setOverride(req *sluicev1.SetOverrideRequest) error {
 	if req.GetTtl() == nil {
 		return status.Error(codes.InvalidArgument, "ttl: required: how long the override holds")
 	}
@@ -335,7 +345,7 @@ func (s *Service) setOverride(req *sluicev1.SetOverrideRequest) error {
 
 // ClearOverride implements sluicev1.LimitsServiceServer. Every attempt is
 // logged with the caller.
-func (s *Service) ClearOverride(ctx context.Context, req *sluicev1.ClearOverrideRequest) (*sluicev1.ClearOverrideResponse, error) {
+func (s *service) ClearOverride(ctx context.Context, req *sluicev1.ClearOverrideRequest) (*sluicev1.ClearOverrideResponse, error) {
 	attrs := nameAttrs(req.GetName())
 	caller, err := s.authorize(ctx, "ClearOverride", attrs...)
 	if err != nil {
@@ -357,7 +367,7 @@ func (s *Service) ClearOverride(ctx context.Context, req *sluicev1.ClearOverride
 
 // SetDryRun implements sluicev1.LimitsServiceServer: it switches a
 // limiter in or out of a dry run. Every attempt is logged with the caller.
-func (s *Service) SetDryRun(ctx context.Context, req *sluicev1.SetDryRunRequest) (*sluicev1.SetDryRunResponse, error) {
+func (s *service) SetDryRun(ctx context.Context, req *sluicev1.SetDryRunRequest) (*sluicev1.SetDryRunResponse, error) {
 	attrs := append(nameAttrs(req.GetName()), slog.Bool("dry_run", req.GetDryRun()))
 	caller, err := s.authorize(ctx, "SetDryRun", attrs...)
 	if err != nil {
@@ -382,7 +392,7 @@ func (s *Service) SetDryRun(ctx context.Context, req *sluicev1.SetDryRunRequest)
 // "/pkg.Svc/Method": both are accepted.
 func limiterName(name string) string { return strings.TrimPrefix(name, "/") }
 
-func (s *Service) find(name string) (*sluicev1.LimiterStatus, error) {
+func (s *service) find(name string) (*sluicev1.LimiterStatus, error) {
 	name = limiterName(name)
 	now := time.Now()
 	for _, l := range s.limits.Limiters() {
@@ -432,4 +442,4 @@ func toStatus(l interceptor.LimiterState, now time.Time) *sluicev1.LimiterStatus
 	return st
 }
 
-var _ sluicev1.LimitsServiceServer = (*Service)(nil)
+var _ sluicev1.LimitsServiceServer = (*service)(nil)

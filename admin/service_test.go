@@ -39,7 +39,7 @@ func startWithCalls(t *testing.T, opts ...Option) (sluicev1.LimitsServiceClient,
 	t.Helper()
 	limits, err := interceptor.NewServer(interceptor.WithDefault(interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 5}}))
 	require.NoError(t, err)
-	svc, err := NewService(limits, opts...)
+	svc, err := newService(limits, opts...)
 	require.NoError(t, err)
 	gs := grpc.NewServer(limits.ServerOptions()...)
 	testpb.RegisterTestServiceServer(gs, &testpb.Service{})
@@ -223,9 +223,9 @@ func TestAuthorizer(t *testing.T) {
 	assert.Equal(t, []string{"/sluice.v1.LimitsService/ListLimits", "/sluice.v1.LimitsService/SetOverride", "/sluice.v1.LimitsService/WatchLimits"}, seen)
 }
 
-func TestNewServiceErrors(t *testing.T) {
-	_, err := NewService(nil)
-	assert.EqualError(t, err, "admin: NewService needs the Limits to serve (an *interceptor.Server or *interceptor.Client)")
+func TestRegisterErrors(t *testing.T) {
+	_, err := newService(nil)
+	assert.EqualError(t, err, "admin: Register needs the Limits to serve (an *interceptor.Server or *interceptor.Client)")
 	limits, err := interceptor.NewServer()
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, limits.Close()) }()
@@ -247,7 +247,7 @@ func TestNewServiceErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			svc, err := NewService(limits, tt.opts...)
+			svc, err := newService(limits, tt.opts...)
 			assert.Nil(t, svc)
 			assert.EqualError(t, err, tt.err)
 		})
@@ -280,7 +280,7 @@ func TestListedFromTheStart(t *testing.T) {
 	limits, err := interceptor.NewServer()
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, limits.Close()) }()
-	svc, err := NewService(limits, WithAuthorizer(operator))
+	svc, err := newService(limits, WithAuthorizer(operator))
 	require.NoError(t, err)
 	gs := grpc.NewServer(limits.ServerOptions()...)
 	testpb.RegisterTestServiceServer(gs, &testpb.Service{})

@@ -51,7 +51,7 @@ type watching struct {
 	first  *sluicev1.WatchLimitsResponse
 }
 
-func watch(t *testing.T, svc *Service) *watching {
+func watch(t *testing.T, svc *service) *watching {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	w := &fakeWatch{ctx: ctx, sent: make(chan *sluicev1.WatchLimitsResponse, 1)}
@@ -80,7 +80,7 @@ func (w *watching) ended() (bool, error) {
 // Attack: any number of watch streams, each open for ever.
 func TestAttackUnboundedWatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		svc, err := NewService(fakeLimits{}, WithAuthorizer(operator))
+		svc, err := newService(fakeLimits{}, WithAuthorizer(operator))
 		require.NoError(t, err)
 		var open []*watching
 		for range 16 {
@@ -107,7 +107,7 @@ func TestAttackUnboundedWatches(t *testing.T) {
 
 func TestWatchBounds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		svc, err := NewService(fakeLimits{}, WithAuthorizer(operator), WithMaxWatches(1), WithWatchLifetime(time.Minute))
+		svc, err := newService(fakeLimits{}, WithAuthorizer(operator), WithMaxWatches(1), WithWatchLifetime(time.Minute))
 		require.NoError(t, err)
 		a := watch(t, svc)
 		require.NotNil(t, a.first)
@@ -174,7 +174,7 @@ func (b *busyLimits) Limiters() []interceptor.LimiterState {
 // never more often.
 func TestWatchCadence(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		svc, err := NewService(&busyLimits{}, WithAuthorizer(operator))
+		svc, err := newService(&busyLimits{}, WithAuthorizer(operator))
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		w := &fakeWatch{ctx: ctx, sent: make(chan *sluicev1.WatchLimitsResponse, 100)}

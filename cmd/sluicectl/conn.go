@@ -192,7 +192,7 @@ func (cl *client) explain(err error, name string) error {
 			"connect with -cert and -key (an operator certificate), or -H for a token; the server said: %s", cl.addr, msg)
 	case codes.Unimplemented:
 		return fmt.Errorf("UNIMPLEMENTED: the server at %s does not serve sluice's admin service (sluice.v1.LimitsService): "+
-			"the server must register it with admin.NewService and sluicev1.RegisterLimitsServiceServer, "+
+			"the server must register it with admin.Register, "+
 			"perhaps on another port", cl.addr)
 	case codes.NotFound:
 		if name != "" {

@@ -38,7 +38,7 @@
 // service, or "_OTHER"; a leading slash is allowed.
 //
 // ADDRESS is host:port or unix:///path/to/socket. The admin service
-// admits only the callers it was told to (admin.NewService), so the
+// admits only the callers it was told to (admin.Register), so the
 // connection flags follow grpcurl's:
 //
 //	-cacert FILE      the CAs of the server's certificate (default: the system's)

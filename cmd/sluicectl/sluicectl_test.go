@@ -66,9 +66,7 @@ func serveTLS(t *testing.T, lis net.Listener, limit int, srvCreds grpc.ServerOpt
 	testpb.RegisterTestServiceServer(gs, &testpb.Service{})
 	if len(opts) > 0 {
 		opts = append(opts, admin.WithLogger(slog.New(slog.DiscardHandler))) // the audit log
-		svc, err := admin.NewService(limits, opts...)
-		require.NoError(t, err)
-		sluicev1.RegisterLimitsServiceServer(gs, svc)
+		require.NoError(t, admin.Register(gs, limits, opts...))
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = gs.Serve(lis) })
@@ -325,7 +323,7 @@ func TestErrors(t *testing.T) {
 	const permission = "PERMISSION_DENIED: this client is not authorized by the server's admin.WithAuthorizer " +
 		"(or WithTLSClients, WithUnixSocketPeers); the server said: operators only: send x-operator-token"
 	unimplemented := "UNIMPLEMENTED: the server at " + noAdmin.target + " does not serve sluice's admin service (sluice.v1.LimitsService): " +
-		"the server must register it with admin.NewService and sluicev1.RegisterLimitsServiceServer, perhaps on another port"
+		"the server must register it with admin.Register, perhaps on another port"
 	tests := []struct {
 		name string
 		args []string
