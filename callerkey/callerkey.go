@@ -121,15 +121,15 @@ func (k IP) withDefaults() IP {
 	return k
 }
 
-// defaultIPKey is PeerIP's configuration.
-var defaultIPKey = IP{}.withDefaults()
+// defaultIP is PeerIP's configuration.
+var defaultIP = IP{}.withDefaults()
 
 // PeerIP is a Func naming callers by the IP address of the connection:
 // the whole address for IPv4, its /64 for IPv6, so the holder of a /48 has
 // 65,536 quotas (see IP to choose the prefix). Behind a proxy every
 // call has the proxy's address: use an IP with TrustedProxies.
 func PeerIP(ctx context.Context, fullMethod string) string {
-	return defaultIPKey.key(ctx, fullMethod)
+	return defaultIP.key(ctx, fullMethod)
 }
 
 func (k IP) key(ctx context.Context, _ string) string {
