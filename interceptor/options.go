@@ -24,16 +24,24 @@ type ClientOption interface{ applyClient(*config) }
 // that the compiler rejects them on the other.
 type Option func(*config)
 
-func (o Option) applyServer(c *config) { o(c) }
-func (o Option) applyClient(c *config) { o(c) }
+func (o Option) applyServer(c *config) { apply(o, c) }
+func (o Option) applyClient(c *config) { apply(o, c) }
 
 type (
 	serverOption func(*config)
 	clientOption func(*config)
 )
 
-func (o serverOption) applyServer(c *config) { o(c) }
-func (o clientOption) applyClient(c *config) { o(c) }
+func (o serverOption) applyServer(c *config) { apply(o, c) }
+func (o clientOption) applyClient(c *config) { apply(o, c) }
+
+// apply runs o on c; a nil option, such as a nil Option variable, does
+// nothing.
+func apply[O ~func(*config)](o O, c *config) {
+	if o != nil {
+		o(c)
+	}
+}
 
 // applies returns what newConfig applies of opts, one side's options.
 func applies[O any](opts []O, apply func(O, *config)) []func(*config) {

@@ -381,10 +381,14 @@ func TestSideOptionErrors(t *testing.T) {
 }
 
 func TestNilOptionIsIgnored(t *testing.T) {
-	s, err := NewServer(nil, WithDefault(fixed(3)), nil)
+	var none Option // a nil func in a non-nil ServerOption or ClientOption
+	s, err := NewServer(nil, WithDefault(fixed(3)), none, nil)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, s.Close()) }()
 	assert.Equal(t, 3, gateOf(s.core, unaryMethod).lim.Limit())
+	c, err := NewClient(none, nil)
+	require.NoError(t, err)
+	assert.NoError(t, c.Close())
 }
 
 func TestRoutesAreBounded(t *testing.T) {
