@@ -6,21 +6,21 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/sluice-go/sluice/ratelimit"
+	"github.com/sluice-go/sluice/internal/bucket"
 )
 
 // BenchmarkRateAllow compares a non-blocking rate check: sluice's
-// TokenBucket.Allow against golang.org/x/time/rate.Limiter.Allow, both
+// token bucket (the one behind interceptor.RateLimit) against golang.org/x/time/rate.Limiter.Allow, both
 // with a rate high enough that every call is allowed.
 func BenchmarkRateAllow(b *testing.B) {
 	b.Run("sluice", func(b *testing.B) {
-		tb, err := ratelimit.NewBucket(1e12, math.MaxInt32)
+		tb, err := bucket.New(1e12, math.MaxInt32)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if !tb.Allow() {
+			if _, ok := tb.Take(); !ok {
 				b.Fatal("rejected")
 			}
 		}

@@ -24,7 +24,6 @@ import (
 	"github.com/sluice-go/sluice/internal/grpcname"
 	"github.com/sluice-go/sluice/limiter"
 	sluicev1 "github.com/sluice-go/sluice/proto/sluice/v1"
-	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // Load reads a configuration file, the protobuf JSON form of
@@ -699,12 +698,16 @@ func cfgCamel(s string) string {
 	return b.String()
 }
 
+// callerRateMin and callerRateMax are the rates ratelimit.NewKeyed takes:
+// an interval between calls of 1 ns to about 32 years.
+const callerRateMin, callerRateMax = 1e-9, 1e9
+
 func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit) {
 	r := cl.GetRateLimit()
 	rate, burst := r.GetPerSecond(), r.GetBurst()
-	rateOK := rate >= ratelimit.MinRate && rate <= ratelimit.MaxRate
+	rateOK := rate >= callerRateMin && rate <= callerRateMax
 	if !rateOK {
-		ps.add(path+".rate_limit.per_second", "%v is not in [%g, %g]: each caller's quota is required", rate, ratelimit.MinRate, ratelimit.MaxRate)
+		ps.add(path+".rate_limit.per_second", "%v is not in [%g, %g]: each caller's quota is required", rate, callerRateMin, callerRateMax)
 	}
 	switch {
 	case burst < 0:

@@ -12,13 +12,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/callerkey"
+	"github.com/sluice-go/sluice/internal/bucket"
 	"github.com/sluice-go/sluice/limiter"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // A RateLimit caps how many calls per second are admitted, beside the
 // concurrency limit. A full bucket admits Burst calls at once, then calls
-// are admitted at PerSecond (ratelimit.Bucket). The zero RateLimit
+// are admitted at PerSecond . The zero RateLimit
 // imposes none.
 //
 // A concurrency limit adapts to what the service can do now; a rate limit
@@ -46,7 +47,8 @@ func (r RateLimit) burst() int {
 	return max(1, int(math.Min(r.PerSecond, limiter.MaxLimit)))
 }
 
-func (r RateLimit) String() string {
+// describe names r in rejections: "10/s (burst 20)".
+func (r RateLimit) describe() string {
 	return fmt.Sprintf("%g/s (burst %d)", r.PerSecond, r.burst())
 }
 
@@ -145,15 +147,15 @@ func newCallerLimit(c *config) (*callerLimit, error) {
 		return nil, fmt.Errorf("interceptor: caller limit: %w", err)
 	}
 	return &callerLimit{key: c.callerKey, rate: c.callerRate, maxCallers: maxCallers, gcra: g, lim: g,
-		what: fmt.Sprintf("caller rate limit %s exceeded", c.callerRate)}, nil
+		what: "caller rate limit " + c.callerRate.describe() + " exceeded"}, nil
 }
 
 // newBucket returns the token bucket of a Limit, nil if it has no rate.
-func newBucket(r RateLimit) (*ratelimit.Bucket, error) {
+func newBucket(r RateLimit) (*bucket.Bucket, error) {
 	if !r.enabled() {
 		return nil, nil
 	}
-	return ratelimit.NewBucket(r.PerSecond, r.burst())
+	return bucket.New(r.PerSecond, r.burst())
 }
 
 // take charges the caller of a call of fullMethod one token of its quota.
@@ -180,7 +182,7 @@ func (cl *callerLimit) take(ctx context.Context, fullMethod string) (ch charged,
 // later check turns the call away, so that a call not served spends
 // neither its caller's quota nor the method's rate.
 type charged struct {
-	bucket *ratelimit.Bucket
+	bucket *bucket.Bucket
 	gcra   CallerLimiter
 	key    string
 }
@@ -218,7 +220,7 @@ type rateRefusal struct {
 // first: a caller over it must not spend the rate every other caller
 // shares. A token taken by one check is given back when a later one
 // rejects the call. It returns what it took, or why it refused.
-func takeRates(ctx context.Context, cl *callerLimit, fullMethod string, bucket *ratelimit.Bucket, rate RateLimit) (charged, rateRefusal, bool) {
+func takeRates(ctx context.Context, cl *callerLimit, fullMethod string, shared *bucket.Bucket, rate RateLimit) (charged, rateRefusal, bool) {
 	var ch charged
 	if cl != nil {
 		var after time.Duration
@@ -227,12 +229,12 @@ func takeRates(ctx context.Context, cl *callerLimit, fullMethod string, bucket *
 			return charged{}, rateRefusal{reasonCallerRate, after, cl.what}, false
 		}
 	}
-	if bucket != nil {
-		if d := bucket.Decide(); !d.Allowed {
+	if shared != nil {
+		if after, ok := shared.Take(); !ok {
 			ch.refund()
-			return charged{}, rateRefusal{reasonRate, d.RetryAfter, fmt.Sprintf("rate limit %s exceeded", rate)}, false
+			return charged{}, rateRefusal{reasonRate, after, "rate limit " + rate.describe() + " exceeded"}, false
 		}
-		ch.bucket = bucket
+		ch.bucket = shared
 	}
 	return ch, rateRefusal{}, true
 }

@@ -69,7 +69,7 @@ func TestWithCallerLimiter(t *testing.T) {
 		}
 		e.awaitRejection(t, "server:"+tt.reason)
 		if tt.reason == "caller_rate" {
-			assert.Contains(t, status.Convert(err).Message(), "caller quota Keyed(rate=0.001/s, burst=1) exceeded")
+			assert.Contains(t, status.Convert(err).Message(), "caller quota exceeded, retry after")
 			assert.Greater(t, retryInfo(t, err), 900*time.Second)
 		}
 	}

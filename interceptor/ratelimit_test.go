@@ -173,9 +173,9 @@ func TestRateLimitErrors(t *testing.T) {
 		want string
 	}{
 		{"negative rate", []ServerOption{WithMethod(unaryMethod, Limit{Rate: RateLimit{PerSecond: -1}})},
-			`interceptor: WithMethod("/sluice.test.v1.TestService/Unary"): Limit.Rate: ratelimit: Bucket rate is -1, must be a finite number > 0`},
+			`interceptor: WithMethod("/sluice.test.v1.TestService/Unary"): Limit.Rate: rate of -1 a second, must be a finite number > 0`},
 		{"negative burst", []ServerOption{WithDefault(Limit{Rate: RateLimit{PerSecond: 5, Burst: -2}})},
-			`interceptor: WithDefault: Limit.Rate: ratelimit: Bucket burst is -2, must be >= 1`},
+			`interceptor: WithDefault: Limit.Rate: burst of -2, must be >= 1`},
 		{"zero caller rate", []ServerOption{callerRateLimit(callerkey.PeerIP, RateLimit{}, 0)},
 			`interceptor: caller limit: RateLimit.PerSecond is 0, must be > 0`},
 	}

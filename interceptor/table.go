@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/bucket"
 	"github.com/sluice-go/sluice/internal/grpcname"
 	"github.com/sluice-go/sluice/limiter"
-	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // maxRoutes bounds how many distinct method names get a route (and a
@@ -34,7 +34,7 @@ type gate struct {
 	// bucket enforces rate, if the Limit has one.
 	omu      sync.Mutex // guards ovr
 	ovr      *override  // the operator's override, if any
-	bucket   *ratelimit.Bucket
+	bucket   *bucket.Bucket
 	rate     RateLimit
 	priority Priority
 	// dryRun lets every call through while recording the decisions.

@@ -5,12 +5,6 @@ import (
 	"fmt"
 )
 
-// ErrRateLimited is returned by Bucket.Wait when ctx's deadline would pass
-// before a token could be had: waiting would only hold the caller up to
-// fail it later, so it fails now. The caller should reject the request and
-// tell its client to come back later (Decide says when).
-var ErrRateLimited = errors.New("ratelimit: rate limit exceeded")
-
 // ErrEmptyKey is returned by Keyed.Allow for the empty key. An empty key
 // almost always means the caller's identity could not be found (no peer
 // address, a missing header), and lumping all such callers into one

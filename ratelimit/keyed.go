@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -15,11 +14,11 @@ import (
 
 // Bounds of Keyed's configuration.
 const (
-	// MinRate and MaxRate bound the rate of a Keyed, in
-	// requests per second per key. The interval between requests, 1/rate,
-	// is kept in whole nanoseconds, between 1 ns and about 32 years.
-	MinRate = 1e-9
-	MaxRate = 1e9
+	// minRate and maxRate bound the rate of a Keyed, in requests per
+	// second per key: the interval between requests, 1/rate, is kept in
+	// whole nanoseconds, between 1 ns and about 32 years.
+	minRate = 1e-9
+	maxRate = 1e9
 
 	// maxGCRAWindow bounds burst/rate, the time a key takes to earn its
 	// whole burst back, so that it always fits an int64 of nanoseconds
@@ -141,8 +140,8 @@ func WithMaxKeys(n int) KeyedOption {
 }
 
 // NewKeyed returns a limiter that allows each key a burst of burst
-// requests, then rate requests per second. rate must be in [MinRate,
-// MaxRate], burst at least 1, and burst/rate at most about 73 years;
+// requests, then rate requests per second. rate must be in [1e-9,
+// 1e9], burst at least 1, and burst/rate at most about 73 years;
 // otherwise the error (one line per wrong value) says which and what is
 // allowed.
 // The interval between requests, 1/rate, is rounded to the nanosecond: at
@@ -155,7 +154,7 @@ func NewKeyed(rate float64, burst int, opts ...KeyedOption) (*Keyed, error) {
 		}
 	}
 	var errs []error
-	if !(rate >= MinRate && rate <= MaxRate) {
+	if !(rate >= minRate && rate <= maxRate) {
 		errs = append(errs, badArg("Keyed rate", rate, "a number in [1e-9, 1e9]"))
 	}
 	var interval int64
@@ -358,7 +357,7 @@ func (s *gcraShard) sweepLocked(now int64) int {
 // returns the number of keys removed (the error is that of a failed
 // clock, which the system clock never is).
 //
-// Call it periodically, with RunCleanup or from a loop of your own: once
+// Call it periodically, from a goroutine with a ticker: once
 // per burst window (burst/rate) keeps the table at about the keys active
 // within the last window.
 func (g *Keyed) Cleanup() (int, error) {
@@ -378,28 +377,6 @@ func (g *Keyed) Cleanup() (int, error) {
 	return removed, nil
 }
 
-// RunCleanup calls Cleanup on every tick until ctx is done or tick is
-// closed, and returns ctx's error or nil respectively. A tick on which
-// Cleanup fails is skipped; the next one retries. The caller owns the
-// goroutine and the ticker, so nothing runs that the caller cannot stop:
-//
-//	t := time.NewTicker(time.Minute)
-//	defer t.Stop()
-//	go g.RunCleanup(ctx, t.C)
-func (g *Keyed) RunCleanup(ctx context.Context, tick <-chan time.Time) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case _, ok := <-tick:
-			if !ok {
-				return nil
-			}
-			_, _ = g.Cleanup()
-		}
-	}
-}
-
 // Len returns the number of keys the limiter tracks now, for metrics and
 // tests. It locks each shard in turn, so under concurrent use the count is
 // approximate.
@@ -412,9 +389,4 @@ func (g *Keyed) Len() int {
 		s.mu.Unlock()
 	}
 	return n
-}
-
-// String describes the limiter's configuration, for logs and errors.
-func (g *Keyed) String() string {
-	return fmt.Sprintf("Keyed(rate=%g/s, burst=%d)", g.rate, g.burst)
 }

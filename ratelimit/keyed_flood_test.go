@@ -95,16 +95,4 @@ func TestRefund(t *testing.T) {
 		assert.Equal(t, Decision{Allowed: true, Remaining: 0}, allow(t, g, "a"))
 		assertConsistent(t, g)
 	})
-	t.Run("Bucket", func(t *testing.T) {
-		b, _ := newStepBucket(t, 1, 2)
-		require.True(t, b.Allow())
-		require.True(t, b.Allow())
-		require.False(t, b.Allow())
-		b.Refund()
-		assert.Equal(t, Decision{Allowed: true}, b.Decide())
-		b.Refund()
-		b.Refund()
-		b.Refund()
-		assert.InDelta(t, 2.0, b.available(), 1e-9, "never above capacity")
-	})
 }

@@ -13,7 +13,7 @@ import (
 
 // sluice's rate limit and per-caller quota, enforced by go-grpc-middleware.
 func Example() {
-	rate, err := ratelimit.NewBucket(500, 500) // 500 calls a second in all
+	rate, err := ratelimit.NewKeyed(500, 500) // 500 calls a second in all
 	if err != nil {
 		log.Fatal(err)
 	}

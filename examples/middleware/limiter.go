@@ -14,11 +14,17 @@ import (
 // limits. A call is charged to its caller's quota first, so that a caller
 // over it spends nothing of the shared rate; a token the quota took is
 // given back when the shared rate turns the call away.
+//
+// Rate is one budget for all calls: every call is charged to the same key,
+// and a GCRA of one key is a token bucket.
 type Limiter struct {
-	Rate    *ratelimit.Bucket // the rate of all calls; nil for none
-	Callers *ratelimit.Keyed  // each caller's quota; nil for none
-	Key     callerkey.Func    // names a call's caller for Callers
+	Rate    *ratelimit.Keyed // the rate of all calls; nil for none
+	Callers *ratelimit.Keyed // each caller's quota; nil for none
+	Key     callerkey.Func   // names a call's caller for Callers
 }
+
+// allCalls is the key every call is charged to in Limiter.Rate.
+const allCalls = "all"
 
 // Limit admits or rejects one call.
 func (l Limiter) Limit(ctx context.Context) error {
@@ -30,16 +36,16 @@ func (l Limiter) Limit(ctx context.Context) error {
 		// An error is no decision: the call goes on, uncharged.
 		d, err := l.Callers.Allow(key)
 		if err == nil && !d.Allowed {
-			return fmt.Errorf("caller quota %v exceeded, retry after %v", l.Callers, d.RetryAfter)
+			return fmt.Errorf("caller quota exceeded, retry after %v", d.RetryAfter)
 		}
 		charged = err == nil
 	}
 	if l.Rate != nil {
-		if d := l.Rate.Decide(); !d.Allowed {
+		if d, err := l.Rate.Allow(allCalls); err == nil && !d.Allowed {
 			if charged {
 				l.Callers.Refund(key)
 			}
-			return fmt.Errorf("rate limit %v exceeded, retry after %v", l.Rate, d.RetryAfter)
+			return fmt.Errorf("rate limit exceeded, retry after %v", d.RetryAfter)
 		}
 	}
 	return nil

@@ -28,7 +28,7 @@ var _ ratelimit.Limiter = Limiter{}
 // interceptor over real gRPC: two calls in a burst of two pass, the third
 // is RESOURCE_EXHAUSTED with sluice's reason in the message.
 func TestGoGRPCMiddleware(t *testing.T) {
-	rate, err := sluiceratelimit.NewBucket(0.001, 2)
+	rate, err := sluiceratelimit.NewKeyed(0.001, 2)
 	require.NoError(t, err)
 	rl := Limiter{Rate: rate}
 	srv := grpc.NewServer(
@@ -59,7 +59,7 @@ func TestGoGRPCMiddleware(t *testing.T) {
 // TestLimiterRefundsTheQuota: a call the shared rate turns away gives its
 // caller's token back, so the caller's next call is charged only once.
 func TestLimiterRefundsTheQuota(t *testing.T) {
-	rate, err := sluiceratelimit.NewBucket(0.001, 1)
+	rate, err := sluiceratelimit.NewKeyed(0.001, 1)
 	require.NoError(t, err)
 	quota, err := sluiceratelimit.NewKeyed(0.001, 2)
 	require.NoError(t, err)
