@@ -481,7 +481,6 @@ func cfgLimit(ps *cfgProblems, path string, l *sluicev1.Limit) interceptor.Limit
 		return interceptor.Limit{Exempt: true}
 	}
 	out := interceptor.Limit{
-		LIFO:   l.GetQueue().GetLifo(),
 		Rate:   interceptor.RateLimit{PerSecond: l.GetRateLimit().GetPerSecond(), Burst: int(l.GetRateLimit().GetBurst())},
 		DryRun: l.GetDryRun(),
 	}
@@ -523,16 +522,17 @@ func cfgLimit(ps *cfgProblems, path string, l *sluicev1.Limit) interceptor.Limit
 	}
 	switch b := l.GetQueue().GetBound().(type) {
 	case *sluicev1.Queue_Size:
-		out.Queue = limiter.FixedQueue(int(b.Size))
+		out.Queue = limiter.Queue{Size: int(b.Size)}
 	case *sluicev1.Queue_Target:
 		// The limiter reads a zero target as no queue; the file says so
 		// by leaving the bound unset.
 		if d, ok := cfgCheckDuration(ps, path+".queue.target", b.Target); ok && d == 0 {
 			ps.add(path+".queue.target", "%v is not > 0", d)
 		} else {
-			out.Queue = limiter.LittleQueue(d)
+			out.Queue = limiter.Queue{Target: d}
 		}
 	}
+	out.Queue.LIFO = l.GetQueue().GetLifo()
 	cfgLimiterCheck(ps, path, l, out)
 	if r := l.GetRateLimit(); r.GetPerSecond() != 0 || r.GetBurst() != 0 {
 		if v := r.GetPerSecond(); !(v > 0) || math.IsInf(v, 1) {
@@ -572,9 +572,9 @@ func cfgAlgorithm(l *sluicev1.Limit) (string, protoreflect.Message) {
 // limiter.FieldError field that is not "<Kind>Config.<Field>" of the
 // limit's algorithm (which the rule in cfgLimiterCheck maps).
 var cfgLimiterFields = map[string]string{
-	"FixedConfig.Limit":  "fixed.limit", // no default to show
-	"FixedQueue size":    "queue.size",
-	"LittleQueue target": "queue.target",
+	"FixedConfig.Limit": "fixed.limit", // no default to show
+	"Queue.Size":        "queue.size",
+	"Queue.Target":      "queue.target",
 }
 
 // cfgAllowed overrides what a limiter.FieldError allows where the file

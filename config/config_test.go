@@ -97,17 +97,16 @@ func TestLoadConfigExample(t *testing.T) {
 	c := settingsOf(t, exampleConfig)
 	assert.Equal(t, &interceptor.Limit{
 		Algorithm: limiter.AIMDConfig{BackoffRatio: 0.8},
-		Queue:     limiter.LittleQueue(50 * time.Millisecond),
+		Queue:     limiter.Queue{Target: 50 * time.Millisecond},
 	}, c.def)
 	catalog := interceptor.Limit{
 		Algorithm: limiter.VegasConfig{InitialLimit: 50},
-		Queue:     limiter.LittleQueue(20 * time.Millisecond),
-		LIFO:      true,
+		Queue:     limiter.Queue{Target: 20 * time.Millisecond, LIFO: true},
 	}
 	assert.Equal(t, []method{
 		{"/shop.v1.Checkout/PlaceOrder", interceptor.Limit{
 			Algorithm: limiter.AIMDConfig{InitialLimit: 20, MinLimit: 2, MaxLimit: 200, Timeout: 500 * time.Millisecond},
-			Queue:     limiter.FixedQueue(8),
+			Queue:     limiter.Queue{Size: 8},
 			Priority:  interceptor.PriorityCritical,
 		}},
 		{"/shop.v1.Search/", interceptor.Limit{

@@ -30,7 +30,7 @@ func queuedServer(t *testing.T, b *block, ec envConfig) *env {
 	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
-	ec.server = append(ec.server, WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 2}, Queue: limiter.FixedQueue(8)}))
+	ec.server = append(ec.server, WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 2}, Queue: limiter.Queue{Size: 8}}))
 	return newEnv(t, svc, ec)
 }
 
@@ -126,7 +126,7 @@ func TestChaosDeadlineStorm(t *testing.T) {
 		name   string
 		server []ServerOption
 	}{
-		{"queued", []ServerOption{WithMethod(unaryMethod, Limit{Queue: limiter.FixedQueue(64)})}},
+		{"queued", []ServerOption{WithMethod(unaryMethod, Limit{Queue: limiter.Queue{Size: 64}})}},
 		// The tap takes the permits; most calls expire after it, some
 		// before their handler.
 		{"early rejection", []ServerOption{WithMethod(unaryMethod, fixed(8)), WithEarlyRejection()}},
@@ -152,7 +152,7 @@ func deadlineStorm(t *testing.T, server []ServerOption) {
 	}}
 	e := newEnv(t, svc, envConfig{
 		server: server,
-		client: []ClientOption{WithDefault(Limit{Queue: limiter.FixedQueue(64)})},
+		client: []ClientOption{WithDefault(Limit{Queue: limiter.Queue{Size: 64}})},
 	})
 	// Thousands of events would overflow the harness's channels: count
 	// none, but hear of every release, to wait for the last ones below.

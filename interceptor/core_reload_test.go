@@ -32,7 +32,7 @@ func TestSameLimit(t *testing.T) {
 		{"AIMD vs Fixed", Limit{Algorithm: aimd}, Limit{Algorithm: limiter.FixedConfig{Limit: 50}}, false},
 		{"nil vs explicit default", Limit{}, Limit{Algorithm: limiter.AIMDConfig{}}, false},
 		{"a configuration of the user's own type never equals", Limit{Algorithm: custom}, Limit{Algorithm: custom}, false},
-		{"queue differs", Limit{Queue: limiter.FixedQueue(2)}, Limit{Queue: limiter.FixedQueue(3)}, false},
+		{"queue differs", Limit{Queue: limiter.Queue{Size: 2}}, Limit{Queue: limiter.Queue{Size: 3}}, false},
 		{"rate differs", Limit{Rate: RateLimit{PerSecond: 1}}, Limit{Rate: RateLimit{PerSecond: 2}}, false},
 		{"priority differs", Limit{Priority: PriorityCritical}, Limit{}, false},
 	}
@@ -137,7 +137,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	configs := [][]ServerOption{
 		{WithMethod(unaryMethod, fixed(4))},
 		{WithMethod(unaryMethod, fixed(2)), WithMethod(testService, fixed(3))},
-		{WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 6}, Queue: limiter.FixedQueue(4)})},
+		{WithMethod(testService, Limit{Algorithm: limiter.FixedConfig{Limit: 6}, Queue: limiter.Queue{Size: 4}})},
 		{WithExempt(unaryMethod)},
 	}
 	for i := range 60 {

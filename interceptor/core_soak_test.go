@@ -72,7 +72,7 @@ func TestSoak(t *testing.T) {
 		},
 	}
 	e := newEnv(t, svc, envConfig{
-		server: []ServerOption{WithMethod(unaryMethod, Limit{Queue: limiter.FixedQueue(16)})},
+		server: []ServerOption{WithMethod(unaryMethod, Limit{Queue: limiter.Queue{Size: 16}})},
 		client: []ClientOption{WithMaxPushback(50 * time.Millisecond)},
 	})
 	for _, c := range []*core{e.srv.core, e.cli.core} {

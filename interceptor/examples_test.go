@@ -49,7 +49,7 @@ func ExampleWithMethod() {
 		// queue so a burst waits instead of failing.
 		interceptor.WithMethod("/shop.v1.Reports/Generate", interceptor.Limit{
 			Algorithm: limiter.FixedConfig{Limit: 4},
-			Queue:     limiter.FixedQueue(8),
+			Queue:     limiter.Queue{Size: 8},
 		}),
 		// Every method of the order service shares one adaptive limiter.
 		interceptor.WithMethod("/shop.v1.Orders/", interceptor.Limit{

@@ -129,7 +129,7 @@ func TestMetricsTimeEveryCall(t *testing.T) {
 // a 0 sample, so that under overload the median wait read as 0.
 func TestMetricsQueueWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s, reader := newMeteredServer(t, WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.FixedQueue(2)}))
+		s, reader := newMeteredServer(t, WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.Queue{Size: 2}}))
 
 		r := s.tab.Load().lookup(unaryMethod)
 		tok, rej := s.admit(t.Context(), r)

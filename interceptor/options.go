@@ -65,11 +65,9 @@ type Limit struct {
 	// your own type is rebuilt every time.
 	Algorithm limiter.AlgorithmConfig
 	// Queue lets calls that find every permit taken wait for one, within
-	// their deadline and the queue's bound. The zero value is
-	// limiter.NoQueue: such calls are rejected at once.
+	// their deadline and the queue's bound (limiter.Queue). The zero
+	// Queue queues nobody: such calls are rejected at once.
 	Queue limiter.Queue
-	// LIFO serves queued calls newest-first (see limiter.WithLIFO).
-	LIFO bool
 	// Rate adds a rate limit (see RateLimit), checked before the
 	// concurrency limit. Each limiter built from this Limit has its own
 	// bucket: per method for WithDefault, shared by a service's methods for

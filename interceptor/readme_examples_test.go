@@ -40,7 +40,7 @@ func Example_quickStart() {
 func Example_perMethod() {
 	limits, err := interceptor.NewServer(
 		interceptor.WithMethod("/shop.v1.Reports/Generate", interceptor.Limit{
-			Algorithm: limiter.FixedConfig{Limit: 4}, Queue: limiter.FixedQueue(8),
+			Algorithm: limiter.FixedConfig{Limit: 4}, Queue: limiter.Queue{Size: 8},
 		}),
 		interceptor.WithMethod("/shop.v1.Orders/", interceptor.Limit{}), // one limiter for the service
 		interceptor.WithExempt("/shop.v1.Admin/"),

@@ -214,7 +214,7 @@ func TestServerQueue(t *testing.T) {
 		return &testpb.UnaryResponse{}, b.wait(ctx)
 	}}
 	e := newEnv(t, svc, envConfig{
-		server:   []ServerOption{WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.FixedQueue(1)})},
+		server:   []ServerOption{WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.Queue{Size: 1}})},
 		noClient: true,
 	})
 	g := gateOf(e.srv.core, unaryMethod)
@@ -348,8 +348,8 @@ func TestOptionErrors(t *testing.T) {
 			`interceptor: WithMethod("/sluice.test.v1.TestService/Unary"): limiter: AIMDConfig.BackoffRatio is 1.2, must be in [0.5, 1)`},
 		{"bad default", []Option{WithDefault(Limit{Algorithm: limiter.FixedConfig{Limit: 0}})},
 			`interceptor: WithDefault: limiter: FixedConfig.Limit is 0, must be in [1, 1048576]`},
-		{"bad queue", []Option{WithDefault(Limit{Queue: limiter.FixedQueue(-1)})},
-			`interceptor: WithDefault: limiter: FixedQueue size is -1, must be in [0, 1048576]`},
+		{"bad queue", []Option{WithDefault(Limit{Queue: limiter.Queue{Size: -1}})},
+			`interceptor: WithDefault: limiter: Queue.Size is -1, must be in [0, 1048576]`},
 		{"nil algorithm result", []Option{WithDefault(Limit{Algorithm: algorithmFunc(func() (limiter.Algorithm, error) { return nil, nil })})},
 			`interceptor: WithDefault: Limit.Algorithm returned a nil Algorithm`},
 		{"nil classifier", []Option{WithClassifier(nil)},

@@ -271,9 +271,6 @@ func newLimiter(l Limit) (*limiter.Limiter, error) {
 		}
 		opts = append(opts, limiter.WithAlgorithm(alg))
 	}
-	if l.LIFO {
-		opts = append(opts, limiter.WithLIFO())
-	}
 	return limiter.New(opts...)
 }
 
@@ -450,7 +447,7 @@ func (t *table) newGate(name string, l Limit) *gate {
 	}
 	// The bucket was validated with the Limit; it cannot fail here.
 	bucket, _ := newBucket(l.Rate)
-	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.NoQueue, bucket: bucket, rate: l.Rate, priority: l.Priority}
+	g := &gate{name: name, lim: lim, queue: l.Queue != limiter.Queue{}, bucket: bucket, rate: l.Rate, priority: l.Priority}
 	g.dryRun.Store(l.DryRun || t.dryRun)
 	if t.onGate != nil && !t.retired {
 		t.onGate(g)

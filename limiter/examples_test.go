@@ -31,7 +31,7 @@ func Example() {
 // for one, within their deadline, unless the queue is full.
 func ExampleLimiter_Acquire() {
 	fixed, _ := limiter.FixedConfig{Limit: 1}.New()
-	l, err := limiter.New(limiter.WithAlgorithm(fixed), limiter.WithQueue(limiter.FixedQueue(10)))
+	l, err := limiter.New(limiter.WithAlgorithm(fixed), limiter.WithQueue(limiter.Queue{Size: 10}))
 	if err != nil {
 		panic(err)
 	}

@@ -23,7 +23,7 @@ func FuzzLimiterOps(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := New(WithAlgorithm(alg), WithQueue(FixedQueue(2)))
+		l, err := New(WithAlgorithm(alg), WithQueue(Queue{Size: 2}))
 		if err != nil {
 			t.Fatal(err)
 		}

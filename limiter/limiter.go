@@ -67,7 +67,7 @@ func New(opts ...Option) (*Limiter, error) {
 	l := &Limiter{
 		alg:   c.alg,
 		queue: queueBound{q: c.queue},
-		lifo:  c.lifo,
+		lifo:  c.queue.LIFO,
 		epoch: time.Now(),
 	}
 	if g, ok := c.alg.(grantCounter); ok {
@@ -121,7 +121,7 @@ func (l *Limiter) tryAcquire(reserve int) (Token, bool) {
 // Acquire takes a permit, waiting in the queue if none is free. It returns
 // ErrLimitExceeded at once when the queue is full or disabled, and ctx's
 // error if ctx is done first. Waiters are served first-in first-out, or
-// last-in first-out with WithLIFO.
+// last-in first-out with Queue.LIFO.
 func (l *Limiter) Acquire(ctx context.Context) (Token, error) {
 	if t, ok := l.tryAcquire(0); ok {
 		return t, nil

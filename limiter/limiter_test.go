@@ -220,10 +220,18 @@ func (s *scripted) Limit() int {
 }
 
 func TestNewErrors(t *testing.T) {
-	_, err := New(WithQueue(FixedQueue(-1)))
-	assert.EqualError(t, err, "limiter: FixedQueue size is -1, must be in [0, 1048576]")
-	_, err = New(WithQueue(LittleQueue(-time.Second)))
-	assert.EqualError(t, err, "limiter: LittleQueue target is -1s, must be > 0")
+	for _, tt := range []struct {
+		q    Queue
+		want string
+	}{
+		{Queue{Size: -1}, "limiter: Queue.Size is -1, must be in [0, 1048576]"},
+		{Queue{Size: MaxLimit + 1}, "limiter: Queue.Size is 1048577, must be in [0, 1048576]"},
+		{Queue{Target: -time.Second}, "limiter: Queue.Target is -1s, must be >= 0"},
+		{Queue{Size: 4, Target: time.Second}, "limiter: Queue.Target is 1s, must be 0 when Queue.Size is set (4): set one bound"},
+	} {
+		_, err := New(WithQueue(tt.q))
+		assert.EqualError(t, err, tt.want)
+	}
 
 	l, err := New(nil) // a nil Option is ignored
 	require.NoError(t, err)
@@ -243,15 +251,15 @@ func TestAcquireWithoutQueue(t *testing.T) {
 func TestWaitersAreServedInOrder(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		opts []Option
+		lifo bool
 		want []int
 	}{
-		{"fifo", nil, []int{0, 1, 2}},
-		{"lifo", []Option{WithLIFO()}, []int{2, 1, 0}},
+		{"fifo", false, []int{0, 1, 2}},
+		{"lifo", true, []int{2, 1, 0}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l := fixedLimiter(t, 1, append([]Option{WithQueue(FixedQueue(3))}, tt.opts...)...)
+				l := fixedLimiter(t, 1, WithQueue(Queue{Size: 3, LIFO: tt.lifo}))
 				held, _ := l.TryAcquire()
 				var (
 					mu    sync.Mutex
@@ -288,7 +296,7 @@ func TestWaitersAreServedInOrder(t *testing.T) {
 
 func TestWaiterCancellation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := fixedLimiter(t, 1, WithQueue(FixedQueue(2)))
+		l := fixedLimiter(t, 1, WithQueue(Queue{Size: 2}))
 		held, _ := l.TryAcquire()
 
 		ctx, cancel := context.WithCancel(context.Background())
@@ -325,7 +333,7 @@ func TestWaiterCancellation(t *testing.T) {
 // must go to the next waiter, not vanish.
 func TestPermitReachingACancelledWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := fixedLimiter(t, 1, WithQueue(FixedQueue(2)))
+		l := fixedLimiter(t, 1, WithQueue(Queue{Size: 2}))
 		held, _ := l.TryAcquire()
 
 		ctx, cancel := context.WithCancel(context.Background())
@@ -364,7 +372,7 @@ func TestPermitReachingACancelledWaiter(t *testing.T) {
 
 func TestGrowthServesWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := fixedLimiter(t, 1, WithQueue(FixedQueue(5)))
+		l := fixedLimiter(t, 1, WithQueue(Queue{Size: 5}))
 		held, _ := l.TryAcquire()
 		type result struct {
 			tok Token
@@ -404,7 +412,7 @@ func TestGrowthServesWaiters(t *testing.T) {
 }
 
 func TestLittleQueueBound(t *testing.T) {
-	b := queueBound{q: LittleQueue(30 * time.Millisecond)}
+	b := queueBound{q: Queue{Target: 30 * time.Millisecond}}
 	assert.Equal(t, 1, b.max(10), "1 until a latency at capacity is known")
 	b.observe(20 * time.Millisecond)
 	assert.Equal(t, 5, b.max(10), "10 × (30/20 − 1)")
@@ -415,16 +423,13 @@ func TestLittleQueueBound(t *testing.T) {
 	}
 	assert.Equal(t, 1, b.max(10), "slower than the target: at least 1")
 
-	assert.Equal(t, 7, (&queueBound{q: FixedQueue(7)}).max(1000))
-	assert.Equal(t, 0, (&queueBound{q: NoQueue}).max(1000))
-	assert.Equal(t, "LittleQueue(30ms)", LittleQueue(30*time.Millisecond).String())
-	assert.Equal(t, "FixedQueue(7)", FixedQueue(7).String())
-	assert.Equal(t, "NoQueue", NoQueue.String())
+	assert.Equal(t, 7, (&queueBound{q: Queue{Size: 7}}).max(1000))
+	assert.Equal(t, 0, (&queueBound{q: Queue{}}).max(1000))
 }
 
 func TestLittleQueueLearnsAtCapacity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := fixedLimiter(t, 2, WithQueue(LittleQueue(30*time.Millisecond)))
+		l := fixedLimiter(t, 2, WithQueue(Queue{Target: 30 * time.Millisecond}))
 		toks := acquireN(t, l, 2)
 		time.Sleep(10 * time.Millisecond) // the calls take 10 ms, virtually
 		toks[0].Release(Success)          // ran at capacity: 2 of 2
@@ -438,7 +443,7 @@ func TestLittleQueueLearnsAtCapacity(t *testing.T) {
 // while another goroutine moves the limit at random. Afterwards nothing may
 // be held, owed or queued, and the pool must equal the final limit.
 func TestStress(t *testing.T) {
-	l := fixedLimiter(t, 16, WithQueue(FixedQueue(8)))
+	l := fixedLimiter(t, 16, WithQueue(Queue{Size: 8}))
 	var (
 		held     atomic.Int64
 		maxLimit atomic.Int64

@@ -6,7 +6,6 @@ type Option func(*config)
 type config struct {
 	alg   Algorithm
 	queue Queue
-	lifo  bool
 }
 
 // WithAlgorithm sets the algorithm that adapts the limit. The default is an
@@ -17,14 +16,7 @@ func WithAlgorithm(a Algorithm) Option {
 }
 
 // WithQueue lets callers of Acquire wait for a permit, within the bound q
-// sets. The default is NoQueue.
+// sets. The default is the zero Queue: no one waits.
 func WithQueue(q Queue) Option {
 	return func(c *config) { c.queue = q }
-}
-
-// WithLIFO serves waiters newest-first. Under sustained overload LIFO
-// gives fresh callers, whose deadlines are furthest away, the freed
-// permits, at the price of fairness; FIFO, the default, is fair.
-func WithLIFO() Option {
-	return func(c *config) { c.lifo = true }
 }

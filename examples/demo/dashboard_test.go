@@ -131,7 +131,7 @@ func scrapeSluice(t *testing.T) seriesIndex {
 	lim, err := interceptor.NewServer(
 		interceptor.WithMeterProvider(ms.Provider()),
 		interceptor.WithLogger(slog.New(slog.DiscardHandler)), // the dry run's lines
-		interceptor.WithMethod("/"+unary, interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.FixedQueue(1)}),
+		interceptor.WithMethod("/"+unary, interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.Queue{Size: 1}}),
 		interceptor.WithMethod("/"+stream, interceptor.Limit{Algorithm: limiter.FixedConfig{Limit: 1}, DryRun: true}),
 		interceptor.WithCallerLimiter(key, quota),
 	)

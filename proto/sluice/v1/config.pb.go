@@ -1126,14 +1126,14 @@ type isQueue_Bound interface {
 }
 
 type Queue_Size struct {
-	// At most this many calls wait (limiter.FixedQueue), in
+	// At most this many calls wait (limiter.Queue.Size), in
 	// [0, 1048576]; 0 lets none wait.
 	Size int32 `protobuf:"varint,1,opt,name=size,proto3,oneof"`
 }
 
 type Queue_Target struct {
 	// Sizes the queue by Little's law so that a call that joins it
-	// completes within about this latency (limiter.LittleQueue); > 0.
+	// completes within about this latency (limiter.Queue.Target); > 0.
 	Target *durationpb.Duration `protobuf:"bytes,2,opt,name=target,proto3,oneof"`
 }
 
