@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluice-go/sluice/internal/fielderr"
+
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -569,22 +571,22 @@ func cfgAlgorithm(l *sluicev1.Limit) (string, protoreflect.Message) {
 }
 
 // cfgLimiterFields names the file's field, relative to the limit, of each
-// limiter.FieldError field that is not "<Kind>Config.<Field>" of the
-// limit's algorithm (which the rule in cfgLimiterCheck maps).
+// field of a limiter's error (fielderr.Error) that is not
+// "<Kind>Config.<Field>" of the limit's algorithm (which the rule in cfgLimiterCheck maps).
 var cfgLimiterFields = map[string]string{
 	"FixedConfig.Limit": "fixed.limit", // no default to show
 	"Queue.Size":        "queue.size",
 	"Queue.Target":      "queue.target",
 }
 
-// cfgAllowed overrides what a limiter.FieldError allows where the file
-// reads otherwise: a zero AIMD timeout is "unset" in the file.
+// cfgAllowed overrides what a fielderr.Error allows where the file reads
+// otherwise: a zero AIMD timeout is "unset" in the file.
 var cfgAllowed = map[string]string{
 	"AIMDConfig.Timeout": ">= 0",
 }
 
 // cfgLimiterCheck has package limiter check the algorithm and the queue
-// of out, converted from l, and adds each *limiter.FieldError to ps under
+// of out, converted from l, and adds each *fielderr.Error to ps under
 // its path in the file. A field l leaves unset is shown as the limiter's
 // default ("default 20"), and a problem that only follows from another
 // (an initial limit outside a min_limit already reported) is left out.
@@ -608,7 +610,7 @@ func cfgLimiterCheck(ps *cfgProblems, path string, l *sluicev1.Limit, out interc
 	var found []problem
 	bad := map[string]bool{}
 	for _, leaf := range cfgLeaves(errors.Join(errs...)) {
-		var ce *limiter.FieldError
+		var ce *fielderr.Error
 		if !errors.As(leaf, &ce) {
 			// A check without a field: report it whole.
 			found = append(found, problem{path: path, message: leaf.Error()})

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/fielderr"
 )
 
 // AIMDConfig configures AIMD, the default Algorithm: additive increase and
@@ -96,10 +98,10 @@ func (c AIMDConfig) validate() error {
 	c = c.withDefaults()
 	errs := []error{checkLimits("AIMDConfig", c.InitialLimit, c.MinLimit, c.MaxLimit)}
 	if !(c.BackoffRatio >= 0.5 && c.BackoffRatio < 1) {
-		errs = append(errs, &FieldError{"AIMDConfig.BackoffRatio", c.BackoffRatio, "in [0.5, 1)"})
+		errs = append(errs, fielderr.New("AIMDConfig.BackoffRatio", c.BackoffRatio, "in [0.5, 1)"))
 	}
 	if c.Timeout < 0 {
-		errs = append(errs, &FieldError{"AIMDConfig.Timeout", c.Timeout, "> 0, or 0 for the adaptive threshold"})
+		errs = append(errs, fielderr.New("AIMDConfig.Timeout", c.Timeout, "> 0, or 0 for the adaptive threshold"))
 	}
 	return errors.Join(errs...)
 }

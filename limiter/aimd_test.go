@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/fielderr"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -110,7 +112,7 @@ func TestAIMDConfigErrors(t *testing.T) {
 			for _, w := range tt.want {
 				assert.Contains(t, err.Error(), w)
 			}
-			var ce *FieldError
+			var ce *fielderr.Error
 			assert.ErrorAs(t, err, &ce)
 		})
 	}

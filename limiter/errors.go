@@ -3,6 +3,8 @@ package limiter
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sluice-go/sluice/internal/fielderr"
 )
 
 // ErrLimitExceeded is returned by Acquire when no permit is free and the
@@ -11,32 +13,20 @@ import (
 // at once.
 var ErrLimitExceeded = errors.New("limiter: concurrency limit exceeded")
 
-// A FieldError reports one invalid configuration value: which field, the
-// value given, and what is allowed.
-type FieldError struct {
-	Field   string // the configuration field, e.g. "AIMDConfig.BackoffRatio"
-	Value   any    // the rejected value
-	Allowed string // the allowed range, e.g. "[0.5, 1)"
-}
-
-func (e *FieldError) Error() string {
-	return fmt.Sprintf("limiter: %s is %v, must be %s", e.Field, e.Value, e.Allowed)
-}
-
 // checkLimits validates the usual 0 < min <= initial <= max <= MaxLimit
 // triple shared by the algorithm configurations.
 func checkLimits(kind string, initial, minimum, maximum int) error {
 	var errs []error
 	if minimum < 1 || minimum > MaxLimit {
-		errs = append(errs, &FieldError{kind + ".MinLimit", minimum, fmt.Sprintf("in [1, %d]", MaxLimit)})
+		errs = append(errs, fielderr.New(kind+".MinLimit", minimum, fmt.Sprintf("in [1, %d]", MaxLimit)))
 	}
 	if maximum < 1 || maximum > MaxLimit {
-		errs = append(errs, &FieldError{kind + ".MaxLimit", maximum, fmt.Sprintf("in [1, %d]", MaxLimit)})
+		errs = append(errs, fielderr.New(kind+".MaxLimit", maximum, fmt.Sprintf("in [1, %d]", MaxLimit)))
 	} else if minimum > maximum {
-		errs = append(errs, &FieldError{kind + ".MinLimit", minimum, fmt.Sprintf("<= MaxLimit (%d)", maximum)})
+		errs = append(errs, fielderr.New(kind+".MinLimit", minimum, fmt.Sprintf("<= MaxLimit (%d)", maximum)))
 	}
 	if initial < minimum || initial > maximum {
-		errs = append(errs, &FieldError{kind + ".InitialLimit", initial, fmt.Sprintf("in [MinLimit, MaxLimit] = [%d, %d]", minimum, maximum)})
+		errs = append(errs, fielderr.New(kind+".InitialLimit", initial, fmt.Sprintf("in [MinLimit, MaxLimit] = [%d, %d]", minimum, maximum)))
 	}
 	return errors.Join(errs...)
 }

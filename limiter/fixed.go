@@ -1,6 +1,10 @@
 package limiter
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sluice-go/sluice/internal/fielderr"
+)
 
 // FixedConfig configures a limit that never changes: a plain semaphore
 // with the Limiter's queue, metrics and debt handling around it.
@@ -18,7 +22,7 @@ type fixed struct{ n int }
 
 func newFixed(n int) (*fixed, error) {
 	if n < 1 || n > MaxLimit {
-		return nil, &FieldError{"FixedConfig.Limit", n, fmt.Sprintf("in [1, %d]", MaxLimit)}
+		return nil, fielderr.New("FixedConfig.Limit", n, fmt.Sprintf("in [1, %d]", MaxLimit))
 	}
 	return &fixed{n: n}, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/fielderr"
 )
 
 // Gradient2Config configures Gradient2, a delay-based Algorithm after
@@ -68,13 +70,13 @@ func (c Gradient2Config) validate() error {
 	c = c.withDefaults()
 	errs := []error{checkLimits("Gradient2Config", c.InitialLimit, c.MinLimit, c.MaxLimit)}
 	if c.QueueSize < 0 {
-		errs = append(errs, &FieldError{"Gradient2Config.QueueSize", c.QueueSize, ">= 0"})
+		errs = append(errs, fielderr.New("Gradient2Config.QueueSize", c.QueueSize, ">= 0"))
 	}
 	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
-		errs = append(errs, &FieldError{"Gradient2Config.Smoothing", c.Smoothing, "in (0, 1]"})
+		errs = append(errs, fielderr.New("Gradient2Config.Smoothing", c.Smoothing, "in (0, 1]"))
 	}
 	if c.LongWindow < 1 {
-		errs = append(errs, &FieldError{"Gradient2Config.LongWindow", c.LongWindow, ">= 1"})
+		errs = append(errs, fielderr.New("Gradient2Config.LongWindow", c.LongWindow, ">= 1"))
 	}
 	return errors.Join(errs...)
 }

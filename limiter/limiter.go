@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/fielderr"
+
 	"github.com/sluice-go/sluice/internal/waitlist"
 )
 
@@ -313,7 +315,7 @@ func (l *Limiter) follow() {
 // nothing is admitted and queued callers get ErrLimitExceeded.
 func (l *Limiter) Pin(n int) error {
 	if n < 0 || n > MaxLimit {
-		return &FieldError{"pinned limit", n, fmt.Sprintf("in [0, %d]", MaxLimit)}
+		return fielderr.New("pinned limit", n, fmt.Sprintf("in [0, %d]", MaxLimit))
 	}
 	l.mu.Lock()
 	l.pinned = true

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/fielderr"
 )
 
 // A Queue lets callers of Acquire wait for a permit when all are taken,
@@ -36,13 +38,13 @@ type Queue struct {
 func (q Queue) validate() error {
 	var errs []error
 	if q.Size < 0 || q.Size > MaxLimit {
-		errs = append(errs, &FieldError{"Queue.Size", q.Size, fmt.Sprintf("in [0, %d]", MaxLimit)})
+		errs = append(errs, fielderr.New("Queue.Size", q.Size, fmt.Sprintf("in [0, %d]", MaxLimit)))
 	}
 	if q.Target < 0 {
-		errs = append(errs, &FieldError{"Queue.Target", q.Target, ">= 0"})
+		errs = append(errs, fielderr.New("Queue.Target", q.Target, ">= 0"))
 	}
 	if q.Size != 0 && q.Target != 0 {
-		errs = append(errs, &FieldError{"Queue.Target", q.Target, fmt.Sprintf("0 when Queue.Size is set (%d): set one bound", q.Size)})
+		errs = append(errs, fielderr.New("Queue.Target", q.Target, fmt.Sprintf("0 when Queue.Size is set (%d): set one bound", q.Size)))
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/fielderr"
 )
 
 // VegasConfig configures Vegas, a delay-based Algorithm after TCP Vegas,
@@ -77,16 +79,16 @@ func (c VegasConfig) validate() error {
 	c = c.withDefaults()
 	errs := []error{checkLimits("VegasConfig", c.InitialLimit, c.MinLimit, c.MaxLimit)}
 	if !(c.Alpha > 0) {
-		errs = append(errs, &FieldError{"VegasConfig.Alpha", c.Alpha, "> 0"})
+		errs = append(errs, fielderr.New("VegasConfig.Alpha", c.Alpha, "> 0"))
 	}
 	if !(c.Beta > c.Alpha) {
-		errs = append(errs, &FieldError{"VegasConfig.Beta", c.Beta, fmt.Sprintf("> Alpha (%v)", c.Alpha)})
+		errs = append(errs, fielderr.New("VegasConfig.Beta", c.Beta, fmt.Sprintf("> Alpha (%v)", c.Alpha)))
 	}
 	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
-		errs = append(errs, &FieldError{"VegasConfig.Smoothing", c.Smoothing, "in (0, 1]"})
+		errs = append(errs, fielderr.New("VegasConfig.Smoothing", c.Smoothing, "in (0, 1]"))
 	}
 	if c.ProbeMultiplier < 1 {
-		errs = append(errs, &FieldError{"VegasConfig.ProbeMultiplier", c.ProbeMultiplier, ">= 1"})
+		errs = append(errs, fielderr.New("VegasConfig.ProbeMultiplier", c.ProbeMultiplier, ">= 1"))
 	}
 	return errors.Join(errs...)
 }
