@@ -336,7 +336,7 @@ func cfgKeyFunc(cl *sluicev1.CallerLimit) callerkey.Func {
 	return nil // checked by cfgCheckCallerLimit
 }
 
-// A Error reports the problems of a configuration at once: all of
+// An Error reports the problems of a configuration at once: all of
 // them, or if there are more than 20, the first 20 and how many others.
 // One bad edit is fixed from its first errors, and a configuration of
 // thousands of bad entries gets an error of bounded size.
@@ -368,7 +368,8 @@ type Problem struct {
 	Message string
 }
 
-func (p Problem) String() string { return p.Path + ": " + p.Message }
+// line is p as Error lists it.
+func (p Problem) line() string { return p.Path + ": " + p.Message }
 
 // Error names the file, if any, and the problem, or the number of
 // problems and then each listed on a line of its own, and the number of
@@ -392,7 +393,7 @@ func (e *Error) Error() string {
 		b.WriteString(" " + e.File)
 	}
 	if len(e.Problems) == 1 && e.More == 0 {
-		b.WriteString(": " + e.Problems[0].String())
+		b.WriteString(": " + e.Problems[0].line())
 		return b.String()
 	}
 	fmt.Fprintf(&b, ": %d problems", len(e.Problems)+e.More)
@@ -401,7 +402,7 @@ func (e *Error) Error() string {
 	}
 	b.WriteString(":")
 	for _, p := range e.Problems {
-		b.WriteString("\n\t" + p.String())
+		b.WriteString("\n\t" + p.line())
 	}
 	if e.More > 0 {
 		fmt.Fprintf(&b, "\n\t... and %d more", e.More)

@@ -50,7 +50,7 @@ func (c *core) logDry(ctx context.Context, r *route, what string) {
 		slog.String("why", what), slog.Int64("rejections", n))
 }
 
-// setDryRun implements Server.SetDryRun and Client.SetDryRun.
+// setDryRun implements Server.SetDryRun.
 func (c *core) setDryRun(name string, on bool) error {
 	g := c.gateNamed(name)
 	if g == nil {

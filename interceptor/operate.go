@@ -32,19 +32,10 @@ func (s *Server) SetDryRun(name string, on bool) error { return s.core.setDryRun
 // interceptors keep working.
 func (s *Server) Close() error { return s.core.close() }
 
-// Limiters is Server.Limiters for a Client.
+// Limiters is Server.Limiters for a Client. A client's limits are not
+// overridden by hand: they protect the client's own callers from a slow
+// downstream, and a Reload changes them.
 func (c *Client) Limiters() []LimiterState { return c.core.limiters() }
-
-// SetOverride is Server.SetOverride for a Client.
-func (c *Client) SetOverride(name string, limit int, ttl time.Duration) error {
-	return c.core.setOverride(name, limit, ttl)
-}
-
-// ClearOverride is Server.ClearOverride for a Client.
-func (c *Client) ClearOverride(name string) error { return c.core.clearOverride(name) }
-
-// SetDryRun is Server.SetDryRun for a Client.
-func (c *Client) SetDryRun(name string, on bool) error { return c.core.setDryRun(name, on) }
 
 // Close is Server.Close for a Client.
 func (c *Client) Close() error { return c.core.close() }

@@ -22,7 +22,7 @@ type override struct {
 	stop  func() bool // cancels the expiry
 }
 
-// setOverride implements Server.SetOverride and Client.SetOverride.
+// setOverride implements Server.SetOverride.
 func (c *core) setOverride(name string, limit int, ttl time.Duration) error {
 	if ttl <= 0 || ttl > maxOverride {
 		return fmt.Errorf("interceptor: override ttl is %v, must be in (0, %v]", ttl, maxOverride)
@@ -52,7 +52,7 @@ func (c *core) setOverride(name string, limit int, ttl time.Duration) error {
 	return nil
 }
 
-// clearOverride implements Server.ClearOverride and Client.ClearOverride.
+// clearOverride implements Server.ClearOverride.
 func (c *core) clearOverride(name string) error {
 	g := c.gateNamed(name)
 	if g == nil {
