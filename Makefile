@@ -29,14 +29,14 @@ overload:
 ## frontier: the default limit beside fixed limits at 0.8x and 1x, in
 ## virtual time, where the targets of those two loads meet (about 30 s).
 frontier:
-	$(GO) test ./limiter -count=1 -run '^TestFrontier$$' -v -frontier
+	cd bench && $(GO) test . -count=1 -run '^TestFrontier$$' -v -frontier
 
 ## shapes: the default limit beside a fixed C+8 on every latency shape
 ## (constant, exponential, bimodal cache hits/misses, lognormal), FIFO and
 ## processor sharing, 0.5x to 5x and a cold 5x, in virtual time: one
 ## markdown table (about 2 minutes on 2 cores).
 shapes:
-	$(GO) test ./limiter -count=1 -run '^TestShapes$$' -v -shapes | grep '^ *|'
+	cd bench && $(GO) test . -count=1 -run '^TestShapes$$' -v -shapes | grep '^ *|'
 
 ## bench: the micro benchmarks of the root module, then bench/'s peer
 ## comparison: micro benchmarks, gRPC overhead, and the ~3 min overload run

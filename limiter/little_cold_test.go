@@ -1,9 +1,11 @@
-package limiter
+package limiter_test
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/limitload"
 	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/limiter"
 )
 
 // TestFirstProbe: a limiter that starts under 2× overload admits every
@@ -25,7 +29,7 @@ import (
 // what the start measured cost goodput. bench/RESULTS.md has the numbers
 // against the previous start from a limit of 20.
 func TestFirstProbe(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || limiter.RaceEnabled {
 		t.Skip("make test runs it without -race")
 	}
 	const c = 16
@@ -82,7 +86,7 @@ func TestFirstProbe(t *testing.T) {
 // that back off only to the threshold hold the limit a little higher, and
 // with it this p99: 6.6–7.1·S, where a full 10 % back-off gave 6.5–6.8·S.)
 func TestColdNoisyStart(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || limiter.RaceEnabled {
 		t.Skip("make test runs it without -race")
 	}
 	const c, s = 16, 20 * time.Millisecond
@@ -121,7 +125,7 @@ func TestColdNoisyStart(t *testing.T) {
 // sharing its calls meet a queue of unknown depth; probes at halving
 // depths take b down to what the downstream does without one.
 func TestColdOverload(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || limiter.RaceEnabled {
 		t.Skip("make test runs it without -race")
 	}
 	const c, s = 16, 20 * time.Millisecond
@@ -150,64 +154,22 @@ func TestColdOverload(t *testing.T) {
 
 // runColdStart runs 6 s of Poisson arrivals at 2× the capacity of a
 // backend of c workers with service time s, from the first call, through a
-// default Limiter. It must run inside a synctest bubble.
-func runColdStart(t *testing.T, kind string, c int, s time.Duration, dist backend.Dist, seed uint64) (*loadgen.Report, *Limiter) {
+// default limiter.Limiter. It must run inside a synctest bubble.
+func runColdStart(t *testing.T, kind string, c int, s time.Duration, dist backend.Dist, seed uint64) (*loadgen.Report, *limiter.Limiter) {
 	t.Helper()
 	lim, be := newLimitedBackend(t, kind, c, s, dist)
 	return runLoad(t, lim, be, s, 2*float64(c)/s.Seconds(), 6*time.Second, seed), lim
 }
 
-// newLimitedBackend returns a default Limiter and, for it to protect, a
+// newLimitedBackend returns a default limiter.Limiter and, for it to protect, a
 // backend of c workers with service time s.
-func newLimitedBackend(t *testing.T, kind string, c int, s time.Duration, dist backend.Dist) (*Limiter, backend.Backend) {
+func newLimitedBackend(t *testing.T, kind string, c int, s time.Duration, dist backend.Dist) (*limiter.Limiter, backend.Backend) {
 	t.Helper()
 	be, err := backend.New(kind, c, s, dist)
 	require.NoError(t, err)
-	lim, err := New()
+	lim, err := limiter.New()
 	require.NoError(t, err)
 	return lim, be
-}
-
-// runLoad runs d of Poisson arrivals at rate calls per second, each with a
-// deadline of 10·s (s being be's service time), through lim. It must run
-// inside a synctest bubble.
-func runLoad(t *testing.T, lim *Limiter, be backend.Backend, s time.Duration, rate float64, d time.Duration, seed uint64) *loadgen.Report {
-	t.Helper()
-	rep, err := loadgen.Run(context.Background(), loadgen.Config{
-		Phases:   []loadgen.Phase{{Name: fmt.Sprintf("%.0f calls/s", rate), Duration: d, Rate: rate}},
-		Deadline: 10 * s,
-		Seed:     seed,
-		Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
-		Classify: classifyLimited,
-	})
-	require.NoError(t, err)
-	return rep
-}
-
-// sampleEvery calls fn every d from after on, by the clock of the synctest
-// bubble it must run in, until stop is called. stop waits for the last
-// call to return, so fn's results can be read after it, and may be
-// called more than once.
-func sampleEvery(d, after time.Duration, fn func()) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(d)
-		defer tick.Stop()
-		begin := time.Now()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				if now.Sub(begin) >= after {
-					fn()
-				}
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }
 
 // TestProbeWithoutBaseline: with noisy RTTs slow start ends before any
@@ -223,11 +185,55 @@ func TestProbeWithoutBaseline(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lim, be := newLimitedBackend(t, "fifo", c, s, backend.Exponential)
 				runLoad(t, lim, be, s, 0.5*float64(c)/s.Seconds(), 2*time.Second, seed)
-				a := lim.alg.(*aimd).little
-				a.mu.Lock()
-				defer a.mu.Unlock()
-				assert.Equal(t, 1, a.probes, "probes in 2 s")
-				assert.InDelta(t, 1, float64(a.b)/float64(s), 0.2, "no-load RTT in service times")
+				probes, baseline := limiter.ProbeState(lim)
+				assert.Equal(t, 1, probes, "probes in 2 s")
+				assert.InDelta(t, 1, float64(baseline)/float64(s), 0.2, "no-load RTT in service times")
+			})
+		})
+	}
+}
+
+// TestColdStartRefusesNothing: a fresh default limiter.Limiter in front of a
+// healthy downstream (room for every call) admits what arrives, however
+// much arrives at once. Started at a limit of 20, it refused 180 of a
+// burst of 200 and then a tenth of looping callers' calls.
+func TestColdStartRefusesNothing(t *testing.T) {
+	const s = 20 * time.Millisecond
+	tests := []struct {
+		name    string
+		dist    backend.Dist
+		callers int
+		loops   time.Duration // how long each caller keeps calling; 0 calls once
+	}{
+		{"a burst of 200", backend.Constant, 200, 0},
+		{"200 callers for 2 s", backend.Constant, 200, 2 * time.Second},
+		{"200 callers for 2 s, cache-like times", backend.Bimodal, 200, 2 * time.Second},
+		{"500 callers for 2 s, noisy times", backend.Exponential, 500, 2 * time.Second},
+		{"30 callers for 2 s", backend.Constant, 30, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				be, err := backend.New("fifo", 10*tt.callers, s, tt.dist)
+				require.NoError(t, err)
+				lim, err := limiter.New()
+				require.NoError(t, err)
+				var calls, rejected atomic.Int64
+				var wg sync.WaitGroup
+				end := time.Now().Add(tt.loops)
+				for range tt.callers {
+					wg.Go(func() {
+						for first := true; first || time.Now().Before(end); first = false {
+							calls.Add(1)
+							if err := limitload.Call(t.Context(), lim, be); errors.Is(err, limiter.ErrLimitExceeded) {
+								rejected.Add(1)
+								time.Sleep(s) // a caller turned away comes back later
+							}
+						}
+					})
+				}
+				wg.Wait()
+				assert.Zero(t, rejected.Load(), "rejected of %d calls", calls.Load())
 			})
 		})
 	}

@@ -1,17 +1,11 @@
 package limiter
 
 import (
-	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sluice-go/sluice/internal/testbed/backend"
 )
 
 // steadyLittle returns the default rule past its first probes, at limit
@@ -233,50 +227,4 @@ func TestLittleSpread(t *testing.T) {
 	assert.Greater(t, l.cv, 1.2)
 	assert.Less(t, l.cv, 2.5)
 	assert.Equal(t, maxWindowSamples, l.need)
-}
-
-// TestColdStartRefusesNothing: a fresh default Limiter in front of a
-// healthy downstream (room for every call) admits what arrives, however
-// much arrives at once. Started at a limit of 20, it refused 180 of a
-// burst of 200 and then a tenth of looping callers' calls.
-func TestColdStartRefusesNothing(t *testing.T) {
-	const s = 20 * time.Millisecond
-	tests := []struct {
-		name    string
-		dist    backend.Dist
-		callers int
-		loops   time.Duration // how long each caller keeps calling; 0 calls once
-	}{
-		{"a burst of 200", backend.Constant, 200, 0},
-		{"200 callers for 2 s", backend.Constant, 200, 2 * time.Second},
-		{"200 callers for 2 s, cache-like times", backend.Bimodal, 200, 2 * time.Second},
-		{"500 callers for 2 s, noisy times", backend.Exponential, 500, 2 * time.Second},
-		{"30 callers for 2 s", backend.Constant, 30, 2 * time.Second},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				be, err := backend.New("fifo", 10*tt.callers, s, tt.dist)
-				require.NoError(t, err)
-				lim, err := New()
-				require.NoError(t, err)
-				var calls, rejected atomic.Int64
-				var wg sync.WaitGroup
-				end := time.Now().Add(tt.loops)
-				for range tt.callers {
-					wg.Go(func() {
-						for first := true; first || time.Now().Before(end); first = false {
-							calls.Add(1)
-							if err := limitedCall(t.Context(), lim, be); errors.Is(err, ErrLimitExceeded) {
-								rejected.Add(1)
-								time.Sleep(s) // a caller turned away comes back later
-							}
-						}
-					})
-				}
-				wg.Wait()
-				assert.Zero(t, rejected.Load(), "rejected of %d calls", calls.Load())
-			})
-		})
-	}
 }

@@ -1,4 +1,4 @@
-package limiter
+package limiter_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/testbed/backend"
 	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/limiter"
 )
 
 // TestNoisyLongRun runs a minute of 2× overload with exponential service
@@ -20,7 +21,7 @@ import (
 // over the run. Runs of a few seconds, like the other checks', meet one
 // or two probes and miss it.
 func TestNoisyLongRun(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || limiter.RaceEnabled {
 		t.Skip("make test runs it without -race")
 	}
 	const (

@@ -1,8 +1,7 @@
-package limiter
+package limiter_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -12,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/limitload"
 	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/limiter"
 )
 
 // overloadCase is a backend the default Limiter must protect without being
@@ -50,7 +51,7 @@ func TestDefaultsProtect(t *testing.T) {
 		{"fifo", 64, 10 * time.Millisecond, backend.Exponential, 0.92, 6},
 		{"ps", 64, 10 * time.Millisecond, backend.Exponential, 0.92, 6.75},
 	}
-	if testing.Short() || raceEnabled {
+	if testing.Short() || limiter.RaceEnabled {
 		cases = cases[:2] // make test runs the rest without -race
 	}
 	for _, tc := range cases {
@@ -64,7 +65,7 @@ func TestDefaultsProtect(t *testing.T) {
 func runOverload(t *testing.T, tc overloadCase) {
 	be, err := backend.New(tc.kind, tc.capacity, tc.service, tc.dist)
 	require.NoError(t, err)
-	lim, err := New()
+	lim, err := limiter.New()
 	require.NoError(t, err)
 
 	c, s := tc.capacity, tc.service
@@ -86,8 +87,8 @@ func runOverload(t *testing.T, tc overloadCase) {
 		Phases:   phases,
 		Deadline: 10 * s,
 		Seed:     1,
-		Call:     func(ctx context.Context) error { return limitedCall(ctx, lim, be) },
-		Classify: classifyLimited,
+		Call:     func(ctx context.Context) error { return limitload.Call(ctx, lim, be) },
+		Classify: limitload.Classify,
 	})
 	require.NoError(t, err)
 	assert.Zero(t, lim.Inflight(), "in flight after the run")
@@ -118,33 +119,10 @@ func runOverload(t *testing.T, tc overloadCase) {
 	}
 }
 
-// limitedCall is one call of the overload tests: a permit from lim, then
-// the backend, and the outcome a server would report: a deadline overrun
-// is a drop.
-func limitedCall(ctx context.Context, lim *Limiter, be backend.Backend) error {
-	tok, err := lim.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	err = be.Do(ctx)
-	outcome := Success
-	if errors.Is(err, context.DeadlineExceeded) {
-		outcome = Dropped
-	}
-	tok.Release(outcome)
-	return err
-}
-
-// classifyLimited sorts the errors of limitedCall for loadgen; other
-// errors (a handler's own refusal) are Failed.
-func classifyLimited(err error) loadgen.Result {
-	switch {
-	case err == nil:
-		return loadgen.OK
-	case errors.Is(err, ErrLimitExceeded):
-		return loadgen.Rejected
-	case errors.Is(err, context.DeadlineExceeded):
-		return loadgen.DeadlineExceeded
-	}
-	return loadgen.Failed
+// runLoad is limitload.Run, failing t on an error.
+func runLoad(t *testing.T, lim *limiter.Limiter, be backend.Backend, s time.Duration, rate float64, d time.Duration, seed uint64) *loadgen.Report {
+	t.Helper()
+	rep, err := limitload.Run(lim, be, s, rate, d, seed)
+	require.NoError(t, err)
+	return rep
 }

@@ -1,19 +1,18 @@
-package limiter
+package limiter_test
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/limitload"
+	"github.com/sluice-go/sluice/limiter"
 )
-
-// errQuota is a handler's own refusal: a per-caller quota, not overload.
-var errQuota = errors.New("quota")
 
 // A steadyCase is one load held for a while against a default Limiter: the
 // regression tests of the limit's three known failure modes (a runaway at
@@ -72,7 +71,7 @@ func TestLimitHolds(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%s/%v", tc.name, tc.kind, tc.dist), func(t *testing.T) {
-			if (testing.Short() || raceEnabled) && tc.name != "1x" {
+			if (testing.Short() || limiter.RaceEnabled) && tc.name != "1x" {
 				t.Skip("make test runs the rest without -race")
 			}
 			synctest.Test(t, func(t *testing.T) { runSteady(t, tc, c, s) })
@@ -83,16 +82,17 @@ func TestLimitHolds(t *testing.T) {
 func runSteady(t *testing.T, tc steadyCase, c int, s time.Duration) {
 	// Warmed up at half load, so the limit starts from what light load
 	// taught it, unless cold.
-	r := runShape(t, shapeRun{kind: tc.kind, dist: tc.dist, load: tc.load, refuse: tc.refuse,
-		cold: tc.cold, seed: 1, duration: tc.duration}, c, s)
+	r, err := limitload.RunShape(limitload.Shape{Kind: tc.kind, Dist: tc.dist, Load: tc.load, Refuse: tc.refuse,
+		Cold: tc.cold, Seed: 1, Duration: tc.duration}, c, s)
+	require.NoError(t, err)
 	t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, p50 %.2f S, rejected %.2f%%, refused %.2f%%, mean limit %.2f C",
-		100*r.good, r.p99, r.p50, 100*r.rejected, 100*r.refused, r.meanLimit)
-	assert.GreaterOrEqual(t, r.good, tc.minGoodput, "goodput / ideal")
+		100*r.Good, r.P99, r.P50, 100*r.Rejected, 100*r.Refused, r.MeanLimit)
+	assert.GreaterOrEqual(t, r.Good, tc.minGoodput, "goodput / ideal")
 	if tc.maxP99 > 0 {
-		assert.LessOrEqual(t, r.p99, tc.maxP99, "p99 in service times")
+		assert.LessOrEqual(t, r.P99, tc.maxP99, "p99 in service times")
 	}
-	assert.LessOrEqual(t, r.rejected, tc.maxRejected, "share of calls rejected by the limiter")
+	assert.LessOrEqual(t, r.Rejected, tc.maxRejected, "share of calls rejected by the limiter")
 	if tc.maxLimit > 0 {
-		assert.LessOrEqual(t, r.meanLimit, tc.maxLimit, "mean limit in multiples of C")
+		assert.LessOrEqual(t, r.MeanLimit, tc.maxLimit, "mean limit in multiples of C")
 	}
 }

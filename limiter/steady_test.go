@@ -1,4 +1,4 @@
-package limiter
+package limiter_test
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/limitload"
+	"github.com/sluice-go/sluice/limiter"
 )
 
 // TestSteadyStateKeepsWorkersBusy: under sustained overload the limit
@@ -21,7 +23,7 @@ import (
 // arriving in bursts left fewer than 16 in flight 1.1–2.6 % of the time
 // at 5× (seeds 1–4); backing off to the threshold, 0.2–0.6 %.
 func TestSteadyStateKeepsWorkersBusy(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || limiter.RaceEnabled {
 		t.Skip("make test runs it without -race")
 	}
 	const c, s = 16, 20 * time.Millisecond
@@ -34,7 +36,7 @@ func TestSteadyStateKeepsWorkersBusy(t *testing.T) {
 				// start and the probes that bring b down from what the
 				// start measured) with fewer calls in flight than workers.
 				var ticks, starved int
-				stop := sampleEvery(time.Millisecond, 4*time.Second, func() {
+				stop := limitload.SampleEvery(time.Millisecond, 4*time.Second, func() {
 					ticks++
 					if lim.Inflight() < c {
 						starved++

@@ -1,4 +1,4 @@
-package limiter
+package bench
 
 import (
 	"flag"
@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/limitload"
+	"github.com/sluice-go/sluice/limiter"
 )
 
 var frontier = flag.Bool("frontier", false, "run TestFrontier: the default limit beside fixed limits at 0.8x and 1x, in virtual time (about a minute)")
@@ -21,7 +23,8 @@ var frontier = flag.Bool("frontier", false, "run TestFrontier: the default limit
 // virtual time, so that a change of the algorithm can be placed against
 // them. It asserts nothing beyond the runs' own sanity: the numbers are
 // the result (bench/RESULTS.md quotes them). Run with -frontier, or
-// `make frontier`.
+// `make frontier`. (It lives here, beside the peer measurements, rather than
+// among package limiter's checks.)
 func TestFrontier(t *testing.T) {
 	if !*frontier {
 		t.Skip("a measurement, not a check: run with -frontier")
@@ -79,24 +82,25 @@ type frontierResult struct{ good, p99, rejected, meanLimit float64 }
 func runFrontier(t *testing.T, kind string, dist backend.Dist, c int, s time.Duration, load float64, fixed int, run, skip time.Duration, seed uint64) frontierResult {
 	be, err := backend.New(kind, c, s, dist)
 	require.NoError(t, err)
-	var opts []Option
+	var opts []limiter.Option
 	if fixed > 0 {
-		f, err := newFixed(fixed)
+		f, err := limiter.FixedConfig{Limit: fixed}.New()
 		require.NoError(t, err)
-		opts = append(opts, WithAlgorithm(f))
+		opts = append(opts, limiter.WithAlgorithm(f))
 	}
-	lim, err := New(opts...)
+	lim, err := limiter.New(opts...)
 	require.NoError(t, err)
 
 	// The limit, sampled every 10 ms from skip on.
 	var limitSum, limitN float64
-	stop := sampleEvery(10*time.Millisecond, skip, func() {
+	stop := limitload.SampleEvery(10*time.Millisecond, skip, func() {
 		limitSum += float64(lim.Limit())
 		limitN++
 	})
-	defer stop() // also when runLoad fails
+	defer stop() // also when the run fails
 	rate := load * float64(c) / s.Seconds()
-	rep := runLoad(t, lim, be, s, rate, run, seed)
+	rep, err := limitload.Run(lim, be, s, rate, run, seed)
+	require.NoError(t, err)
 	stop()
 	require.Zero(t, lim.Inflight(), "in flight after the run")
 

@@ -1,0 +1,184 @@
+// Package limitload drives a limiter.Limiter in front of a simulated
+// backend with loadgen's open-loop load, in the virtual time of a
+// synctest bubble: the overload checks of package limiter and the
+// measurements of the bench module share it.
+package limitload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice/internal/testbed/backend"
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/limiter"
+)
+
+// Call is one call: a permit from lim, then the backend, and the outcome
+// a server would report: a deadline overrun is a drop.
+func Call(ctx context.Context, lim *limiter.Limiter, be backend.Backend) error {
+	tok, err := lim.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	err = be.Do(ctx)
+	outcome := limiter.Success
+	if errors.Is(err, context.DeadlineExceeded) {
+		outcome = limiter.Dropped
+	}
+	tok.Release(outcome)
+	return err
+}
+
+// Classify sorts Call's errors for loadgen; other errors (a handler's own
+// refusal) are Failed.
+func Classify(err error) loadgen.Result {
+	switch {
+	case err == nil:
+		return loadgen.OK
+	case errors.Is(err, limiter.ErrLimitExceeded):
+		return loadgen.Rejected
+	case errors.Is(err, context.DeadlineExceeded):
+		return loadgen.DeadlineExceeded
+	}
+	return loadgen.Failed
+}
+
+// Run offers rate Poisson arrivals a second for d, each a Call with a
+// deadline of 10 service times s, and reports every call.
+func Run(lim *limiter.Limiter, be backend.Backend, s time.Duration, rate float64, d time.Duration, seed uint64) (*loadgen.Report, error) {
+	return loadgen.Run(context.Background(), loadgen.Config{
+		Phases:   []loadgen.Phase{{Name: fmt.Sprintf("%.0f calls/s", rate), Duration: d, Rate: rate}},
+		Deadline: 10 * s,
+		Seed:     seed,
+		Call:     func(ctx context.Context) error { return Call(ctx, lim, be) },
+		Classify: Classify,
+	})
+}
+
+// SampleEvery calls fn every d from after on, by the clock of the synctest
+// bubble it runs in, until stop is called. stop waits for the last call
+// to return, so fn's results can be read after it, and may be called more
+// than once.
+func SampleEvery(d, after time.Duration, fn func()) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		begin := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				if now.Sub(begin) >= after {
+					fn()
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// ErrRefused is the handler's own refusal of a Shape's Refuse-th calls: a
+// per-caller quota, not overload.
+var ErrRefused = errors.New("refused by the handler")
+
+// A Shape is one load held against one backend and one algorithm.
+type Shape struct {
+	Kind   string       // "fifo" or "ps"
+	Dist   backend.Dist // of the service times
+	Load   float64      // offered load, a multiple of C/S
+	Refuse int          // every Refuse-th call is refused by the handler; 0 none
+	Cold   bool         // the load from the first call, no warm-up at half load
+	Seed   uint64
+	// Duration of the load, after 3 s at half load (unless Cold); 0 is 20 s.
+	Duration time.Duration
+	// Algorithm makes the limiter's algorithm; nil is the default.
+	Algorithm limiter.AlgorithmConfig
+}
+
+// A ShapeResult summarizes a Shape's load after its first 4 s: goodput as
+// a share of ideal, p50 and p99 of successes in service times, the shares
+// of calls the limiter rejected and the handler refused, and the mean
+// limit over the whole run in multiples of the capacity.
+type ShapeResult struct {
+	Good, P50, P99, Rejected, Refused, MeanLimit float64
+}
+
+// RunShape drives a Limiter with r's load against a backend of capacity c
+// and service time s, and summarizes it. It must run inside a synctest
+// bubble.
+func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
+	be, err := backend.New(r.Kind, c, s, r.Dist)
+	if err != nil {
+		return ShapeResult{}, err
+	}
+	var opts []limiter.Option
+	if r.Algorithm != nil {
+		alg, err := r.Algorithm.New()
+		if err != nil {
+			return ShapeResult{}, err
+		}
+		opts = append(opts, limiter.WithAlgorithm(alg))
+	}
+	lim, err := limiter.New(opts...)
+	if err != nil {
+		return ShapeResult{}, err
+	}
+	rate := float64(c) / s.Seconds()
+	warm := 0.5 * rate
+	if r.Cold {
+		warm = r.Load * rate
+	}
+	if r.Duration == 0 {
+		r.Duration = 20 * time.Second
+	}
+	var n atomic.Int64
+	var limitSum, limitN float64
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{
+		Phases: []loadgen.Phase{
+			{Name: "warm-up", Duration: 3 * time.Second, Rate: warm},
+			{Name: "load", Duration: r.Duration, Rate: r.Load * rate},
+		},
+		Deadline: 10 * s,
+		Seed:     r.Seed,
+		Tick: func(loadgen.Window) {
+			limitSum += float64(lim.Limit())
+			limitN++
+		},
+		Call: func(ctx context.Context) error {
+			if r.Refuse > 0 && n.Add(1)%int64(r.Refuse) == 0 {
+				// The handler's own refusal, before any work.
+				tok, err := lim.Acquire(ctx)
+				if err != nil {
+					return err
+				}
+				tok.Release(limiter.Dropped)
+				return ErrRefused
+			}
+			return Call(ctx, lim, be)
+		},
+		Classify: Classify,
+	})
+	if err != nil {
+		return ShapeResult{}, err
+	}
+	if n := lim.Inflight(); n != 0 {
+		return ShapeResult{}, fmt.Errorf("%d calls in flight after the run", n)
+	}
+	p := rep.Phase(1, 4*time.Second)
+	ideal := min(p.Offered, rate) * (1 - float64(p.Failed)/float64(p.Calls))
+	return ShapeResult{
+		Good:      p.Goodput / ideal,
+		P50:       float64(p.P50) / float64(s),
+		P99:       float64(p.P99) / float64(s),
+		Rejected:  float64(p.Rejected) / float64(p.Calls),
+		Refused:   float64(p.Failed) / float64(p.Calls),
+		MeanLimit: limitSum / max(limitN, 1) / float64(c),
+	}, nil
+}

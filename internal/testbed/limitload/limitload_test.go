@@ -1,0 +1,66 @@
+package limitload
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice/internal/testbed/loadgen"
+	"github.com/sluice-go/sluice/limiter"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestClassify(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want loadgen.Result
+	}{
+		{nil, loadgen.OK},
+		{limiter.ErrLimitExceeded, loadgen.Rejected},
+		{context.DeadlineExceeded, loadgen.DeadlineExceeded},
+		{ErrRefused, loadgen.Failed},
+	} {
+		assert.Equal(t, tt.want, Classify(tt.err), "%v", tt.err)
+	}
+}
+
+// TestRunShape: a fixed limit of twice the capacity under half load
+// admits everything, and one of half the capacity under twice the load
+// holds its limit and turns the rest away; the handler refuses every
+// tenth call that gets a permit.
+func TestRunShape(t *testing.T) {
+	const c, s = 8, 10 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		r, err := RunShape(Shape{Kind: "fifo", Load: 0.5, Seed: 1, Duration: 5 * time.Second,
+			Algorithm: limiter.FixedConfig{Limit: 2 * c}}, c, s)
+		require.NoError(t, err)
+		assert.Zero(t, r.Rejected)
+		assert.InDelta(t, 1, r.Good, 0.05)
+		assert.InDelta(t, 2, r.MeanLimit, 1e-9, "the limit in multiples of C")
+
+		r, err = RunShape(Shape{Kind: "fifo", Load: 2, Refuse: 10, Seed: 1, Duration: 5 * time.Second,
+			Algorithm: limiter.FixedConfig{Limit: c / 2}}, c, s)
+		require.NoError(t, err)
+		assert.InDelta(t, 0.5, r.Good, 0.05, "half the capacity")
+		assert.Positive(t, r.Refused, "refused by the handler")
+		assert.Less(t, r.Refused, 0.1, "a tenth of the calls that got a permit")
+		assert.Greater(t, r.Rejected, 0.5)
+	})
+}
+
+func TestRunShapeRejectsABadAlgorithm(t *testing.T) {
+	_, err := RunShape(Shape{Kind: "fifo", Load: 1, Algorithm: limiter.FixedConfig{}}, 8, time.Millisecond)
+	require.Error(t, err)
+	_, err = RunShape(Shape{Kind: "lifo", Load: 1}, 8, time.Millisecond)
+	require.Error(t, err)
+	assert.False(t, errors.Is(err, ErrRefused))
+}
