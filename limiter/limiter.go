@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,8 @@ type Limiter struct {
 	mu     sync.Mutex // serializes limit changes and guards the fields below
 	waitq  waitlist.List[waiter, *waiter]
 	pinned bool // the limit is held by Pin, not by the Algorithm
+
+	callers callers // the permits each caller holds, for TryAcquireFor
 }
 
 // New returns a Limiter configured by opts. Without WithAlgorithm it uses
@@ -72,6 +75,7 @@ func New(opts ...Option) (*Limiter, error) {
 		lifo:  c.queue.LIFO,
 		epoch: time.Now(),
 	}
+	l.callers.seed = maphash.MakeSeed()
 	if g, ok := c.alg.(grantCounter); ok {
 		l.counter = g
 	}
@@ -96,17 +100,9 @@ func (l *Limiter) QueueLen() int { return state(l.state.Load()).waiters() }
 
 // TryAcquire takes a permit if one is free, without waiting. It fails when
 // the limit is reached or when callers are already queued, so it never
-// overtakes them.
+// overtakes them. TryAcquireFor shares the permits fairly among callers,
+// or keeps some for callers of higher priority.
 func (l *Limiter) TryAcquire() (Token, bool) { return l.tryAcquire(0) }
-
-// TryAcquireLeaving is TryAcquire for callers of lower priority: it takes
-// a permit only if more than reserve permits are free, leaving reserve for
-// callers that use TryAcquire. Check and take are one atomic step, so
-// callers of every priority together never exceed the limit. A reserve
-// below 0 counts as 0.
-func (l *Limiter) TryAcquireLeaving(reserve int) (Token, bool) {
-	return l.tryAcquire(max(reserve, 0))
-}
 
 func (l *Limiter) tryAcquire(reserve int) (Token, bool) {
 	for {
@@ -352,9 +348,10 @@ func clampLimit(n int) int {
 // not copy a Token you intend to release.
 type Token struct {
 	l        *Limiter
-	start    int64 // l.now() when granted
-	inflight int32 // permits held right after this one was granted
-	cohort   bool  // the algorithm counted this grant into a cohort
+	start    int64  // l.now() when granted
+	inflight int32  // permits held right after this one was granted
+	cohort   bool   // the algorithm counted this grant into a cohort
+	caller   uint64 // the hash of the caller it counts to (TryAcquireFor); 0 for none
 }
 
 // Release returns the permit and reports the call's outcome and round-trip
@@ -396,6 +393,9 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 	limit := l.alg.Update(s)
 	if limit != l.Limit() {
 		l.follow()
+	}
+	if tok.caller != 0 {
+		l.callers.leave(tok.caller, end)
 	}
 	l.release()
 	return held

@@ -518,25 +518,3 @@ func TestStress(t *testing.T) {
 	assertSettled(t, l)
 	assert.Equal(t, 15, state(l.state.Load()).avail())
 }
-
-func TestTryAcquireLeaving(t *testing.T) {
-	l := fixedLimiter(t, 4)
-	var toks []Token
-	for range 2 {
-		tok, ok := l.TryAcquireLeaving(2)
-		require.True(t, ok)
-		toks = append(toks, tok)
-	}
-	_, ok := l.TryAcquireLeaving(2)
-	assert.False(t, ok, "2 free permits are reserved")
-	tok, ok := l.TryAcquire()
-	require.True(t, ok, "the reserve is for TryAcquire")
-	toks = append(toks, tok)
-	tok, ok = l.TryAcquireLeaving(-5)
-	require.True(t, ok, "a negative reserve is none")
-	toks = append(toks, tok)
-	for i := range toks {
-		toks[i].Release(Success)
-	}
-	assert.Zero(t, l.Inflight())
-}

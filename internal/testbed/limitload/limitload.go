@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,7 +20,17 @@ import (
 // Call is one call: a permit from lim, then the backend, and the outcome
 // a server would report: a deadline overrun is a drop.
 func Call(ctx context.Context, lim *limiter.Limiter, be backend.Backend) error {
-	tok, err := lim.Acquire(ctx)
+	return CallFor(ctx, lim, be, "")
+}
+
+// CallFor is Call for a call of caller, sharing the limit fairly among
+// callers (limiter.AcquireFor); the empty caller is Call.
+func CallFor(ctx context.Context, lim *limiter.Limiter, be backend.Backend, caller string) error {
+	acquire := lim.Acquire
+	if caller != "" {
+		acquire = func(ctx context.Context) (limiter.Token, error) { return lim.AcquireFor(ctx, caller) }
+	}
+	tok, err := acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -38,7 +49,7 @@ func Classify(err error) loadgen.Result {
 	switch {
 	case err == nil:
 		return loadgen.OK
-	case errors.Is(err, limiter.ErrLimitExceeded):
+	case errors.Is(err, limiter.ErrLimitExceeded), errors.Is(err, limiter.ErrOverShare):
 		return loadgen.Rejected
 	case errors.Is(err, context.DeadlineExceeded):
 		return loadgen.DeadlineExceeded
@@ -181,4 +192,48 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 		Refused:   float64(p.Failed) / float64(p.Calls),
 		MeanLimit: limitSum / max(limitN, 1) / float64(c),
 	}, nil
+}
+
+// RunTenants offers each of loads (multiples of the capacity c/s) as a
+// caller of its own, for d after 2 s at the same loads, to one default
+// Limiter in front of a backend; with fair, each caller's calls are
+// AcquireFor it. It returns each caller's summary after the first 2 s of
+// the measured phase. It must run inside a synctest bubble.
+func RunTenants(kind string, dist backend.Dist, c int, s time.Duration, loads []float64, fair bool, d time.Duration, seed uint64) ([]loadgen.PhaseSummary, error) {
+	be, err := backend.New(kind, c, s, dist)
+	if err != nil {
+		return nil, err
+	}
+	lim, err := limiter.New()
+	if err != nil {
+		return nil, err
+	}
+	reps := make([]*loadgen.Report, len(loads))
+	errs := make([]error, len(loads))
+	var wg sync.WaitGroup
+	for i, load := range loads {
+		caller := ""
+		if fair {
+			caller = fmt.Sprintf("tenant-%d", i)
+		}
+		rate := load * float64(c) / s.Seconds()
+		wg.Go(func() {
+			reps[i], errs[i] = loadgen.Run(context.Background(), loadgen.Config{
+				Phases:   []loadgen.Phase{{Name: "warm-up", Duration: 2 * time.Second, Rate: rate}, {Name: "load", Duration: d, Rate: rate}},
+				Deadline: 10 * s,
+				Seed:     seed*1000 + uint64(i),
+				Call:     func(ctx context.Context) error { return CallFor(ctx, lim, be, caller) },
+				Classify: Classify,
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := make([]loadgen.PhaseSummary, len(loads))
+	for i, r := range reps {
+		out[i] = r.Phase(1, 2*time.Second)
+	}
+	return out, nil
 }
