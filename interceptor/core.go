@@ -163,14 +163,13 @@ func (c *core) take(ctx context.Context, r *route, wait bool) (limiter.Token, ch
 // acquire is admit's concurrency check.
 func (c *core) acquire(ctx context.Context, r *route, wait bool) (limiter.Token, *rejection) {
 	g := r.gate
-	tok, ok, shed := c.tryAcquire(ctx, r)
+	caller := c.fairCaller(ctx, r)
+	tok, reason := c.tryAcquire(ctx, r, caller)
 	switch {
-	case ok:
+	case reason == "":
 		return tok, nil
-	case shed:
-		return limiter.Token{}, c.reject(ctx, r, reasonPriority)
-	case !wait:
-		return limiter.Token{}, c.reject(ctx, r, reasonLimit)
+	case reason != reasonLimit || !wait:
+		return limiter.Token{}, c.reject(ctx, r, reason)
 	}
 	// sluice.queue.wait holds the calls that waited. A full queue rejects
 	// at once, and a call whose context ended before it came is not
@@ -180,7 +179,7 @@ func (c *core) acquire(ctx context.Context, r *route, wait bool) (limiter.Token,
 	// the limit to 0; that rare wait is not recorded.)
 	doneBefore := ctx.Err() != nil
 	start := time.Now()
-	tok, err := g.lim.Acquire(ctx)
+	tok, err := g.lim.AcquireFor(ctx, caller)
 	if !doneBefore && !errors.Is(err, limiter.ErrLimitExceeded) {
 		c.metrics.recordWait(ctx, r.attrs, time.Since(start))
 	}
@@ -216,8 +215,11 @@ func (c *core) reject(ctx context.Context, r *route, reason string) *rejection {
 // the concurrency limit, for reason, when the limiter was in state s.
 func (c *core) limitError(r *route, s LimiterState, reason string) error {
 	whose := ""
-	if reason == reasonPriority {
+	switch reason {
+	case reasonPriority:
 		whose = " for its priority"
+	case reasonFairShare:
+		whose = " for a caller over its fair share"
 	}
 	return status.Errorf(codes.ResourceExhausted,
 		"sluice: %s rejected /%s: concurrency limit %d reached%s (%d in flight, %d queued)",

@@ -51,9 +51,10 @@ const (
 	reasonPriority   = "priority"
 	reasonRate       = "rate"
 	reasonCallerRate = "caller_rate"
+	reasonFairShare  = "fair_share"
 )
 
-var reasons = []string{reasonLimit, reasonDeadline, reasonCanceled, reasonPriority, reasonRate, reasonCallerRate}
+var reasons = []string{reasonLimit, reasonDeadline, reasonCanceled, reasonPriority, reasonRate, reasonCallerRate, reasonFairShare}
 
 // rpcBuckets are histogram boundaries in seconds from 100µs to 30s,
 // roughly ×2.5 apart: RPCs span that range and the defaults of the SDK

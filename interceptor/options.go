@@ -137,8 +137,9 @@ type config struct {
 	priorityHeader string
 	trust          func(context.Context) bool // nil: nobody
 	maxClaim       Priority
-	early          bool // WithEarlyRejection
-	dryRun         bool // WithDryRun
+	fairKey        callerkey.Func // WithFairShare's; nil for none
+	early          bool           // WithEarlyRejection
+	dryRun         bool           // WithDryRun
 	logger         *slog.Logger
 	loadReports    bool
 	errs           []error

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -248,13 +249,44 @@ func reserve(shares PriorityShares, p Priority, limit int) int {
 	return limit - int(math.Ceil(share*float64(limit)-1e-9))
 }
 
-// tryAcquire takes a permit for a call of priority p without waiting.
-func (c *core) tryAcquire(ctx context.Context, r *route) (limiter.Token, bool, bool) {
+// tryAcquire takes a permit for a call of r without waiting, for the
+// caller fairCaller named (see WithFairShare). It returns why it could
+// not: reasonFairShare for a caller over its share, reasonPriority for a
+// call whose priority must leave the permits it found free, else
+// reasonLimit.
+func (c *core) tryAcquire(ctx context.Context, r *route, caller string) (limiter.Token, string) {
 	p := c.priority(ctx, r)
-	if p >= PriorityCritical || (p == PriorityDefault && r.t.shares.Default >= 1) {
-		tok, ok := r.gate.lim.TryAcquire()
-		return tok, ok, false
+	shed := !(p >= PriorityCritical || (p == PriorityDefault && r.t.shares.Default >= 1))
+	if !shed && caller == "" {
+		if tok, ok := r.gate.lim.TryAcquire(); ok {
+			return tok, ""
+		}
+		return limiter.Token{}, reasonLimit
 	}
-	tok, ok := r.gate.lim.TryAcquireLeaving(reserve(r.t.shares, p, r.gate.lim.Limit()))
-	return tok, ok, !ok
+	leave := 0
+	if shed {
+		leave = reserve(r.t.shares, p, r.gate.lim.Limit())
+	}
+	tok, err := r.gate.lim.TryAcquireFor(caller, leave)
+	switch {
+	case err == nil:
+		return tok, ""
+	case errors.Is(err, limiter.ErrOverShare):
+		return limiter.Token{}, reasonFairShare
+	case shed:
+		return limiter.Token{}, reasonPriority
+	}
+	return limiter.Token{}, reasonLimit
+}
+
+// fairCaller names the caller of a call of r for WithFairShare: "" without
+// it. Callers the key cannot tell apart share one name.
+func (c *core) fairCaller(ctx context.Context, r *route) string {
+	if r.t.fairKey == nil {
+		return ""
+	}
+	if k := r.t.fairKey(ctx, r.full); k != "" {
+		return k
+	}
+	return anonymous
 }

@@ -96,7 +96,7 @@ func WithCallerLimiter(key callerkey.Func, l CallerLimiter) ServerOption {
 	return serverOption(func(c *config) {
 		switch {
 		case key == nil:
-			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the callerkey.Func is nil; use callerkey.PeerIP, callerkey.PeerIdentity, an callerkey.IP, MetadataKey or a func of your own"))
+			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the callerkey.Func is nil; use callerkey.PeerIP, callerkey.PeerIdentity, a callerkey.IP, callerkey.Metadata or a func of your own"))
 		case l == nil:
 			c.errs = append(c.errs, fmt.Errorf("interceptor: WithCallerLimiter: the CallerLimiter is nil; use a ratelimit.Keyed for a quota of this process"))
 		default:

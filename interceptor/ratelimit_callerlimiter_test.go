@@ -90,7 +90,7 @@ func TestWithCallerLimiterErrors(t *testing.T) {
 		want string
 	}{
 		{"nil key func", []ServerOption{WithCallerLimiter(nil, g)},
-			`interceptor: WithCallerLimiter: the callerkey.Func is nil; use callerkey.PeerIP, callerkey.PeerIdentity, an callerkey.IP, MetadataKey or a func of your own`},
+			`interceptor: WithCallerLimiter: the callerkey.Func is nil; use callerkey.PeerIP, callerkey.PeerIdentity, a callerkey.IP, callerkey.Metadata or a func of your own`},
 		{"nil limiter", []ServerOption{WithCallerLimiter(callerkey.PeerIP, nil)},
 			`interceptor: WithCallerLimiter: the CallerLimiter is nil; use a ratelimit.Keyed for a quota of this process`},
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/bucket"
 	"github.com/sluice-go/sluice/internal/grpcname"
 	"github.com/sluice-go/sluice/limiter"
@@ -113,6 +114,7 @@ type table struct {
 	priorityHeader string
 	trust          func(context.Context) bool // whose priority header counts
 	maxClaim       Priority                   // the highest priority a header may claim
+	fairKey        callerkey.Func             // WithFairShare's; nil for none
 	maxHold        time.Duration              // a Client's bound on honoured pushbacks
 	dryRun         bool                       // WithDryRun: every gate in a dry run
 	logger         *slog.Logger               // nil: slog.Default()
@@ -177,6 +179,7 @@ func newTable(c *config) (*table, error) {
 		priorityHeader: c.priorityHeader,
 		trust:          c.trust,
 		maxClaim:       c.maxClaim,
+		fairKey:        c.fairKey,
 		maxHold:        c.maxHold,
 		dryRun:         c.dryRun,
 		logger:         c.logger,

@@ -135,13 +135,9 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (_ context.Context, er
 			return ctx, rej.err
 		}
 	}
-	tok, ok, shed := s.tryAcquire(ctx, r)
-	if !ok {
+	tok, reason := s.tryAcquire(ctx, r, s.fairCaller(ctx, r))
+	if reason != "" {
 		ch.refund()
-		reason := reasonLimit
-		if shed {
-			reason = reasonPriority
-		}
 		st := r.gate.state()
 		s.rejectedFor(ctx, r, reason)
 		done = true

@@ -1,0 +1,94 @@
+package interceptor
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/callerkey"
+	"github.com/sluice-go/sluice/internal/testbed/testpb"
+)
+
+// TestFairShareOverGRPC: with a limit of 8, a tenant alone takes every
+// permit; beside a light tenant holding one, the heavy one stops at six,
+// rejected for its share, and the light tenant still gets in.
+func TestFairShareOverGRPC(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		name := "interceptor"
+		if early {
+			name = "early rejection"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := newBlock()
+			svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+				return &testpb.UnaryResponse{}, b.wait(ctx)
+			}}
+			opts := []ServerOption{WithMethod(unaryMethod, fixed(8)), WithFairShare(callerkey.Metadata("x-tenant"))}
+			if early {
+				opts = append(opts, WithEarlyRejection())
+			}
+			e := newEnv(t, svc, envConfig{server: opts, noClient: true})
+			as := func(tenant string) context.Context {
+				return metadata.AppendToOutgoingContext(t.Context(), "x-tenant", tenant)
+			}
+			var wg sync.WaitGroup
+			hold := func(tenant string, n int) {
+				for range n {
+					wg.Go(func() {
+						_, err := e.client.Unary(as(tenant), &testpb.UnaryRequest{})
+						assert.NoError(t, err)
+					})
+				}
+				b.awaitEntered(t, n)
+			}
+			hold("light", 1)
+			hold("heavy", 6)
+			_, err := e.client.Unary(as("heavy"), &testpb.UnaryRequest{})
+			require.Equal(t, codes.ResourceExhausted, status.Code(err))
+			assert.Equal(t, "sluice: server rejected /sluice.test.v1.TestService/Unary: concurrency limit 8 reached for a caller over its fair share (7 in flight, 0 queued)",
+				status.Convert(err).Message())
+			e.awaitRejection(t, "server:fair_share")
+			hold("light", 1) // the permit heavy had to leave
+
+			_, err = e.client.Unary(as("light"), &testpb.UnaryRequest{})
+			require.Equal(t, codes.ResourceExhausted, status.Code(err), "the limit is full")
+			e.awaitRejection(t, "server:limit")
+
+			close(b.release)
+			wg.Wait()
+			for range 8 {
+				e.awaitRelease(t, "server")
+			}
+		})
+	}
+}
+
+// TestFairShareAlone: a lone caller may use the whole limit.
+func TestFairShareAlone(t *testing.T) {
+	b := newBlock()
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return &testpb.UnaryResponse{}, b.wait(ctx)
+	}}
+	e := newEnv(t, svc, envConfig{server: []ServerOption{WithMethod(unaryMethod, fixed(4)), WithFairShare(callerkey.PeerIP)}, noClient: true})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			_, err := e.client.Unary(t.Context(), &testpb.UnaryRequest{})
+			assert.NoError(t, err)
+		})
+	}
+	b.awaitEntered(t, 4)
+	close(b.release)
+	wg.Wait()
+}
+
+func TestFairShareNilKey(t *testing.T) {
+	_, err := NewServer(WithFairShare(nil))
+	assert.EqualError(t, err, "interceptor: WithFairShare: the callerkey.Func is nil; use callerkey.PeerIdentity, callerkey.PeerIP, a callerkey.IP, callerkey.Metadata or a func of your own")
+}
