@@ -211,7 +211,8 @@ type settings struct {
 	def     *interceptor.Limit
 	methods []method
 	quota   *quota
-	header  string // the priority header
+	header  string         // the priority header
+	fairKey callerkey.Func // fair_share's; nil for none
 	dryRun  bool
 }
 
@@ -243,6 +244,9 @@ func (st settings) options() []interceptor.ServerOption {
 	}
 	if st.header != "" {
 		opts = append(opts, fileopt.PriorityHeader(st.header))
+	}
+	if st.fairKey != nil {
+		opts = append(opts, interceptor.WithFairShare(st.fairKey))
 	}
 	if st.dryRun {
 		opts = append(opts, interceptor.WithDryRun())
@@ -302,38 +306,61 @@ func read(c *sluicev1.Config) (settings, error) {
 		cfgCheckCallerLimit(&ps, "caller_limit", cl)
 		if ps.n == n {
 			r := cl.GetRateLimit()
-			st.quota = &quota{cfgKeyFunc(cl), r.GetPerSecond(), int(r.GetBurst()), int(cl.GetMaxCallers())}
+			st.quota = &quota{callerLimitKey(cl).fn(), r.GetPerSecond(), int(r.GetBurst()), int(cl.GetMaxCallers())}
 		}
 	}
 	if h := c.GetPriorityHeader(); h != "" {
 		cfgCheckHeader(&ps, "priority_header", h)
 		st.header = h
 	}
+	if f := c.GetFairShare(); f != nil {
+		n := ps.n
+		cfgCheckKey(&ps, "fair_share", fairShareKey(f))
+		if ps.n == n {
+			st.fairKey = fairShareKey(f).fn()
+		}
+	}
 	st.dryRun = c.GetDryRun()
 	return st, ps.err()
 }
 
-// cfgKeyFunc returns the callerkey.Func of a valid caller limit.
-func cfgKeyFunc(cl *sluicev1.CallerLimit) callerkey.Func {
-	switch k := cl.GetKey().(type) {
-	case *sluicev1.CallerLimit_Ip:
+// A cfgKey is how a caller_limit or a fair_share names callers: one of
+// its three fields, or none.
+type cfgKey struct {
+	ip  *sluicev1.IpKey
+	pid *sluicev1.PeerIdentityKey
+	md  *sluicev1.MetadataKey
+}
+
+func callerLimitKey(cl *sluicev1.CallerLimit) cfgKey {
+	return cfgKey{cl.GetIp(), cl.GetPeerIdentity(), cl.GetMetadata()}
+}
+
+func fairShareKey(f *sluicev1.FairShare) cfgKey {
+	return cfgKey{f.GetIp(), f.GetPeerIdentity(), f.GetMetadata()}
+}
+
+// fn returns the callerkey.Func of a valid key.
+func (k cfgKey) fn() callerkey.Func {
+	switch {
+	case k.ip != nil:
 		ip := callerkey.IP{
-			IPv4Prefix: int(k.Ip.GetIpv4Prefix()),
-			IPv6Prefix: int(k.Ip.GetIpv6Prefix()),
-			Header:     k.Ip.GetHeader(),
+			IPv4Prefix: int(k.ip.GetIpv4Prefix()),
+			IPv6Prefix: int(k.ip.GetIpv6Prefix()),
+			Header:     k.ip.GetHeader(),
 		}
-		for _, p := range k.Ip.GetTrustedProxies() {
+		for _, p := range k.ip.GetTrustedProxies() {
 			ip.TrustedProxies = append(ip.TrustedProxies, netip.MustParsePrefix(p)) // checked
 		}
 		if f, err := ip.Func(); err == nil {
 			return f
 		}
-	case *sluicev1.CallerLimit_PeerIdentity:
+	case k.pid != nil:
 		return callerkey.PeerIdentity
-	case *sluicev1.CallerLimit_Metadata:
-		return callerkey.Metadata(k.Metadata.GetHeader())
+	case k.md != nil:
+		return callerkey.Metadata(k.md.GetHeader())
 	}
-	return nil // checked by cfgCheckCallerLimit
+	return nil // checked by cfgCheckKey
 }
 
 // An Error reports the problems of a configuration at once: all of
@@ -724,38 +751,43 @@ func cfgCheckCallerLimit(ps *cfgProblems, path string, cl *sluicev1.CallerLimit)
 			ps.add(path+".rate_limit.burst", "%d at %v a second takes more than 73 years to refill", b, rate)
 		}
 	}
-	switch k := cl.GetKey().(type) {
-	case nil:
+	cfgCheckKey(ps, path, callerLimitKey(cl))
+	if n := cl.GetMaxCallers(); n < 0 {
+		ps.add(path+".max_callers", "%d is not in [1, %d] (0 for 100000)", n, math.MaxInt32)
+	}
+}
+
+// cfgCheckKey checks the key of a caller_limit or a fair_share at path.
+func cfgCheckKey(ps *cfgProblems, path string, k cfgKey) {
+	switch {
+	case k.ip == nil && k.pid == nil && k.md == nil:
 		ps.add(path, "sets no key: set ip, peer_identity or metadata")
-	case *sluicev1.CallerLimit_Ip:
+	case k.ip != nil:
 		p := path + ".ip"
-		if n := k.Ip.GetIpv4Prefix(); n < 0 || n > 32 {
+		if n := k.ip.GetIpv4Prefix(); n < 0 || n > 32 {
 			ps.add(p+".ipv4_prefix", "%d is not in [1, 32] (0 for 32)", n)
 		}
-		if n := k.Ip.GetIpv6Prefix(); n < 0 || n > 128 {
+		if n := k.ip.GetIpv6Prefix(); n < 0 || n > 128 {
 			ps.add(p+".ipv6_prefix", "%d is not in [1, 128] (0 for 64)", n)
 		}
-		for i, s := range k.Ip.GetTrustedProxies() {
+		for i, s := range k.ip.GetTrustedProxies() {
 			if _, err := netip.ParsePrefix(s); err != nil {
 				ps.add(fmt.Sprintf("%s.trusted_proxies[%d]", p, i), "%q is not a network in CIDR form, such as \"10.0.0.0/8\" or \"2001:db8::/32\"", s)
 			}
 		}
-		if h := k.Ip.GetHeader(); h != "" {
-			if len(k.Ip.GetTrustedProxies()) == 0 {
+		if h := k.ip.GetHeader(); h != "" {
+			if len(k.ip.GetTrustedProxies()) == 0 {
 				ps.add(p+".header", "%q is set but trusted_proxies is empty: a header is only believed from a trusted proxy", h)
 			} else {
 				cfgCheckHeader(ps, p+".header", h)
 			}
 		}
-	case *sluicev1.CallerLimit_Metadata:
-		if h := k.Metadata.GetHeader(); h == "" {
+	case k.md != nil:
+		if h := k.md.GetHeader(); h == "" {
 			ps.add(path+".metadata.header", "is empty: name the header, such as \"x-api-key\"")
 		} else {
 			cfgCheckHeader(ps, path+".metadata.header", h)
 		}
-	}
-	if n := cl.GetMaxCallers(); n < 0 {
-		ps.add(path+".max_callers", "%d is not in [1, %d] (0 for 100000)", n, math.MaxInt32)
 	}
 }
 

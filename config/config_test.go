@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,6 +124,7 @@ func TestLoadConfigExample(t *testing.T) {
 	require.NotNil(t, c.quota)
 	assert.Equal(t, [3]float64{50, 100, 200_000}, [3]float64{c.quota.perSecond, float64(c.quota.burst), float64(c.quota.maxCallers)})
 	assert.Equal(t, "x-priority", c.header)
+	assert.NotNil(t, c.fairKey, "fair_share")
 	key := c.quota.key
 	behind := func(peerAddr string, xff ...string) context.Context {
 		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(peerAddr))})
@@ -380,6 +382,12 @@ func TestConfigErrors(t *testing.T) {
 			`caller_limit.metadata.header: "x-key-bin" is a binary header (suffix "-bin"); name a text one`},
 		{"negative max callers", caller(rate + `"peer_identity": {}, "max_callers": -5`),
 			"caller_limit.max_callers: -5 is not in [1, 2147483647] (0 for 100000)"},
+		{"fair share without a key", `{"fair_share": {}}`,
+			"fair_share: sets no key: set ip, peer_identity or metadata"},
+		{"fair share metadata without header", `{"fair_share": {"metadata": {}}}`,
+			`fair_share.metadata.header: is empty: name the header, such as "x-api-key"`},
+		{"fair share ipv4 prefix", `{"fair_share": {"ip": {"ipv4_prefix": 40}}}`,
+			"fair_share.ip.ipv4_prefix: 40 is not in [1, 32] (0 for 32)"},
 		{"reserved priority header", `{"priority_header": "grpc-priority"}`,
 			`priority_header: "grpc-priority" is reserved by gRPC (prefix "grpc-")`},
 	}...)
@@ -611,6 +619,37 @@ func TestConfigCallerLimitApplies(t *testing.T) {
 			assert.Equal(t, map[string]int{"1": 2, "2": 2}, admitted)
 		})
 	}
+}
+
+// TestConfigFairShare: the file's fair_share shares a limit of 8: beside a
+// light caller holding one permit, a heavy one gets six, then is turned
+// away for its share.
+func TestConfigFairShare(t *testing.T) {
+	opts, err := Parse([]byte(`{"default": {"fixed": {"limit": 8}}, "fair_share": {"metadata": {"header": "x-tenant"}}}`))
+	require.NoError(t, err)
+	s, err := interceptor.NewServer(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	unary := s.UnaryServerInterceptor()
+	info := &grpc.UnaryServerInfo{FullMethod: unaryMethod}
+	as := func(tenant string) context.Context {
+		return metadata.NewIncomingContext(t.Context(), metadata.Pairs("x-tenant", tenant))
+	}
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	block := func(context.Context, any) (any, error) { entered <- struct{}{}; <-release; return nil, nil }
+	var wg sync.WaitGroup
+	for _, tenant := range []string{"light", "heavy", "heavy", "heavy", "heavy", "heavy", "heavy"} {
+		wg.Go(func() {
+			_, err := unary(as(tenant), nil, info, block)
+			assert.NoError(t, err)
+		})
+		<-entered
+	}
+	_, err = unary(as("heavy"), nil, info, block)
+	assert.ErrorContains(t, err, "for a caller over its fair share")
+	close(release)
+	wg.Wait()
 }
 
 // TestConfigDryRun checks the file's two dry-run switches.

@@ -109,7 +109,11 @@ type Config struct {
 	PriorityHeader string `protobuf:"bytes,4,opt,name=priority_header,json=priorityHeader,proto3" json:"priority_header,omitempty"`
 	// Puts every limit in a dry run (interceptor.WithDryRun): decisions are
 	// recorded and logged, none is enforced.
-	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	DryRun bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Shares every limit fairly among callers while it is full
+	// (interceptor.WithFairShare), so that one heavy caller cannot crowd out
+	// the light ones. Unset: as built, none by default.
+	FairShare     *FairShare `protobuf:"bytes,6,opt,name=fair_share,json=fairShare,proto3" json:"fair_share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -179,6 +183,117 @@ func (x *Config) GetDryRun() bool {
 	return false
 }
 
+func (x *Config) GetFairShare() *FairShare {
+	if x != nil {
+		return x.FairShare
+	}
+	return nil
+}
+
+// FairShare names the callers a full limit is shared among. Name callers
+// by something they cannot forge: a caller that picks its own name gets a
+// share per name.
+type FairShare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How callers are named; one is required. The same keys as
+	// CallerLimit's.
+	//
+	// Types that are valid to be assigned to Key:
+	//
+	//	*FairShare_Ip
+	//	*FairShare_PeerIdentity
+	//	*FairShare_Metadata
+	Key           isFairShare_Key `protobuf_oneof:"key"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FairShare) Reset() {
+	*x = FairShare{}
+	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FairShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FairShare) ProtoMessage() {}
+
+func (x *FairShare) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FairShare.ProtoReflect.Descriptor instead.
+func (*FairShare) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FairShare) GetKey() isFairShare_Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *FairShare) GetIp() *IpKey {
+	if x != nil {
+		if x, ok := x.Key.(*FairShare_Ip); ok {
+			return x.Ip
+		}
+	}
+	return nil
+}
+
+func (x *FairShare) GetPeerIdentity() *PeerIdentityKey {
+	if x != nil {
+		if x, ok := x.Key.(*FairShare_PeerIdentity); ok {
+			return x.PeerIdentity
+		}
+	}
+	return nil
+}
+
+func (x *FairShare) GetMetadata() *MetadataKey {
+	if x != nil {
+		if x, ok := x.Key.(*FairShare_Metadata); ok {
+			return x.Metadata
+		}
+	}
+	return nil
+}
+
+type isFairShare_Key interface {
+	isFairShare_Key()
+}
+
+type FairShare_Ip struct {
+	Ip *IpKey `protobuf:"bytes,1,opt,name=ip,proto3,oneof"`
+}
+
+type FairShare_PeerIdentity struct {
+	PeerIdentity *PeerIdentityKey `protobuf:"bytes,2,opt,name=peer_identity,json=peerIdentity,proto3,oneof"`
+}
+
+type FairShare_Metadata struct {
+	Metadata *MetadataKey `protobuf:"bytes,3,opt,name=metadata,proto3,oneof"`
+}
+
+func (*FairShare_Ip) isFairShare_Key() {}
+
+func (*FairShare_PeerIdentity) isFairShare_Key() {}
+
+func (*FairShare_Metadata) isFairShare_Key() {}
+
 // CallerLimit gives each caller a quota of its own. Name callers by
 // something they cannot forge.
 type CallerLimit struct {
@@ -202,7 +317,7 @@ type CallerLimit struct {
 
 func (x *CallerLimit) Reset() {
 	*x = CallerLimit{}
-	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	mi := &file_sluice_v1_config_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +329,7 @@ func (x *CallerLimit) String() string {
 func (*CallerLimit) ProtoMessage() {}
 
 func (x *CallerLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	mi := &file_sluice_v1_config_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +342,7 @@ func (x *CallerLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallerLimit.ProtoReflect.Descriptor instead.
 func (*CallerLimit) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CallerLimit) GetRateLimit() *RateLimit {
@@ -334,7 +449,7 @@ type IpKey struct {
 
 func (x *IpKey) Reset() {
 	*x = IpKey{}
-	mi := &file_sluice_v1_config_proto_msgTypes[2]
+	mi := &file_sluice_v1_config_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +461,7 @@ func (x *IpKey) String() string {
 func (*IpKey) ProtoMessage() {}
 
 func (x *IpKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[2]
+	mi := &file_sluice_v1_config_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +474,7 @@ func (x *IpKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IpKey.ProtoReflect.Descriptor instead.
 func (*IpKey) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *IpKey) GetIpv4Prefix() int32 {
@@ -399,7 +514,7 @@ type PeerIdentityKey struct {
 
 func (x *PeerIdentityKey) Reset() {
 	*x = PeerIdentityKey{}
-	mi := &file_sluice_v1_config_proto_msgTypes[3]
+	mi := &file_sluice_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +526,7 @@ func (x *PeerIdentityKey) String() string {
 func (*PeerIdentityKey) ProtoMessage() {}
 
 func (x *PeerIdentityKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[3]
+	mi := &file_sluice_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +539,7 @@ func (x *PeerIdentityKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerIdentityKey.ProtoReflect.Descriptor instead.
 func (*PeerIdentityKey) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 // MetadataKey names callers by a header the server checks itself.
@@ -438,7 +553,7 @@ type MetadataKey struct {
 
 func (x *MetadataKey) Reset() {
 	*x = MetadataKey{}
-	mi := &file_sluice_v1_config_proto_msgTypes[4]
+	mi := &file_sluice_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +565,7 @@ func (x *MetadataKey) String() string {
 func (*MetadataKey) ProtoMessage() {}
 
 func (x *MetadataKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[4]
+	mi := &file_sluice_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +578,7 @@ func (x *MetadataKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataKey.ProtoReflect.Descriptor instead.
 func (*MetadataKey) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MetadataKey) GetHeader() string {
@@ -488,7 +603,7 @@ type MethodConfig struct {
 
 func (x *MethodConfig) Reset() {
 	*x = MethodConfig{}
-	mi := &file_sluice_v1_config_proto_msgTypes[5]
+	mi := &file_sluice_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +615,7 @@ func (x *MethodConfig) String() string {
 func (*MethodConfig) ProtoMessage() {}
 
 func (x *MethodConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[5]
+	mi := &file_sluice_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +628,7 @@ func (x *MethodConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodConfig.ProtoReflect.Descriptor instead.
 func (*MethodConfig) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MethodConfig) GetName() []*MethodConfig_Name {
@@ -564,7 +679,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_sluice_v1_config_proto_msgTypes[6]
+	mi := &file_sluice_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +691,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[6]
+	mi := &file_sluice_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +704,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Limit) GetAlgorithm() isLimit_Algorithm {
@@ -728,7 +843,7 @@ type Aimd struct {
 
 func (x *Aimd) Reset() {
 	*x = Aimd{}
-	mi := &file_sluice_v1_config_proto_msgTypes[7]
+	mi := &file_sluice_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +855,7 @@ func (x *Aimd) String() string {
 func (*Aimd) ProtoMessage() {}
 
 func (x *Aimd) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[7]
+	mi := &file_sluice_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +868,7 @@ func (x *Aimd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Aimd.ProtoReflect.Descriptor instead.
 func (*Aimd) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Aimd) GetInitialLimit() int32 {
@@ -825,7 +940,7 @@ type Vegas struct {
 
 func (x *Vegas) Reset() {
 	*x = Vegas{}
-	mi := &file_sluice_v1_config_proto_msgTypes[8]
+	mi := &file_sluice_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +952,7 @@ func (x *Vegas) String() string {
 func (*Vegas) ProtoMessage() {}
 
 func (x *Vegas) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[8]
+	mi := &file_sluice_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +965,7 @@ func (x *Vegas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Vegas.ProtoReflect.Descriptor instead.
 func (*Vegas) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Vegas) GetInitialLimit() int32 {
@@ -926,7 +1041,7 @@ type Gradient2 struct {
 
 func (x *Gradient2) Reset() {
 	*x = Gradient2{}
-	mi := &file_sluice_v1_config_proto_msgTypes[9]
+	mi := &file_sluice_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1053,7 @@ func (x *Gradient2) String() string {
 func (*Gradient2) ProtoMessage() {}
 
 func (x *Gradient2) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[9]
+	mi := &file_sluice_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1066,7 @@ func (x *Gradient2) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gradient2.ProtoReflect.Descriptor instead.
 func (*Gradient2) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{9}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Gradient2) GetInitialLimit() int32 {
@@ -1007,7 +1122,7 @@ type Fixed struct {
 
 func (x *Fixed) Reset() {
 	*x = Fixed{}
-	mi := &file_sluice_v1_config_proto_msgTypes[10]
+	mi := &file_sluice_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1134,7 @@ func (x *Fixed) String() string {
 func (*Fixed) ProtoMessage() {}
 
 func (x *Fixed) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[10]
+	mi := &file_sluice_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1147,7 @@ func (x *Fixed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fixed.ProtoReflect.Descriptor instead.
 func (*Fixed) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{10}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Fixed) GetLimit() int32 {
@@ -1061,7 +1176,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_sluice_v1_config_proto_msgTypes[11]
+	mi := &file_sluice_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1188,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[11]
+	mi := &file_sluice_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1201,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{11}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Queue) GetBound() isQueue_Bound {
@@ -1157,7 +1272,7 @@ type RateLimit struct {
 
 func (x *RateLimit) Reset() {
 	*x = RateLimit{}
-	mi := &file_sluice_v1_config_proto_msgTypes[12]
+	mi := &file_sluice_v1_config_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1284,7 @@ func (x *RateLimit) String() string {
 func (*RateLimit) ProtoMessage() {}
 
 func (x *RateLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[12]
+	mi := &file_sluice_v1_config_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1297,7 @@ func (x *RateLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
 func (*RateLimit) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{12}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RateLimit) GetPerSecond() float64 {
@@ -1212,7 +1327,7 @@ type MethodConfig_Name struct {
 
 func (x *MethodConfig_Name) Reset() {
 	*x = MethodConfig_Name{}
-	mi := &file_sluice_v1_config_proto_msgTypes[13]
+	mi := &file_sluice_v1_config_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1339,7 @@ func (x *MethodConfig_Name) String() string {
 func (*MethodConfig_Name) ProtoMessage() {}
 
 func (x *MethodConfig_Name) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[13]
+	mi := &file_sluice_v1_config_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1352,7 @@ func (x *MethodConfig_Name) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodConfig_Name.ProtoReflect.Descriptor instead.
 func (*MethodConfig_Name) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{5, 0}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{6, 0}
 }
 
 func (x *MethodConfig_Name) GetService() string {
@@ -1258,13 +1373,20 @@ var File_sluice_v1_config_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xe4\x01\n" +
+	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\x99\x02\n" +
 	"\x06Config\x12*\n" +
 	"\adefault\x18\x01 \x01(\v2\x10.sluice.v1.LimitR\adefault\x121\n" +
 	"\amethods\x18\x02 \x03(\v2\x17.sluice.v1.MethodConfigR\amethods\x129\n" +
 	"\fcaller_limit\x18\x03 \x01(\v2\x16.sluice.v1.CallerLimitR\vcallerLimit\x12'\n" +
 	"\x0fpriority_header\x18\x04 \x01(\tR\x0epriorityHeader\x12\x17\n" +
-	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"\x87\x02\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x123\n" +
+	"\n" +
+	"fair_share\x18\x06 \x01(\v2\x14.sluice.v1.FairShareR\tfairShare\"\xaf\x01\n" +
+	"\tFairShare\x12\"\n" +
+	"\x02ip\x18\x01 \x01(\v2\x10.sluice.v1.IpKeyH\x00R\x02ip\x12A\n" +
+	"\rpeer_identity\x18\x02 \x01(\v2\x1a.sluice.v1.PeerIdentityKeyH\x00R\fpeerIdentity\x124\n" +
+	"\bmetadata\x18\x03 \x01(\v2\x16.sluice.v1.MetadataKeyH\x00R\bmetadataB\x05\n" +
+	"\x03key\"\x87\x02\n" +
 	"\vCallerLimit\x123\n" +
 	"\n" +
 	"rate_limit\x18\x01 \x01(\v2\x14.sluice.v1.RateLimitR\trateLimit\x12\"\n" +
@@ -1356,49 +1478,54 @@ func file_sluice_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sluice_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_sluice_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_sluice_v1_config_proto_goTypes = []any{
 	(Priority)(0),               // 0: sluice.v1.Priority
 	(*Config)(nil),              // 1: sluice.v1.Config
-	(*CallerLimit)(nil),         // 2: sluice.v1.CallerLimit
-	(*IpKey)(nil),               // 3: sluice.v1.IpKey
-	(*PeerIdentityKey)(nil),     // 4: sluice.v1.PeerIdentityKey
-	(*MetadataKey)(nil),         // 5: sluice.v1.MetadataKey
-	(*MethodConfig)(nil),        // 6: sluice.v1.MethodConfig
-	(*Limit)(nil),               // 7: sluice.v1.Limit
-	(*Aimd)(nil),                // 8: sluice.v1.Aimd
-	(*Vegas)(nil),               // 9: sluice.v1.Vegas
-	(*Gradient2)(nil),           // 10: sluice.v1.Gradient2
-	(*Fixed)(nil),               // 11: sluice.v1.Fixed
-	(*Queue)(nil),               // 12: sluice.v1.Queue
-	(*RateLimit)(nil),           // 13: sluice.v1.RateLimit
-	(*MethodConfig_Name)(nil),   // 14: sluice.v1.MethodConfig.Name
-	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
+	(*FairShare)(nil),           // 2: sluice.v1.FairShare
+	(*CallerLimit)(nil),         // 3: sluice.v1.CallerLimit
+	(*IpKey)(nil),               // 4: sluice.v1.IpKey
+	(*PeerIdentityKey)(nil),     // 5: sluice.v1.PeerIdentityKey
+	(*MetadataKey)(nil),         // 6: sluice.v1.MetadataKey
+	(*MethodConfig)(nil),        // 7: sluice.v1.MethodConfig
+	(*Limit)(nil),               // 8: sluice.v1.Limit
+	(*Aimd)(nil),                // 9: sluice.v1.Aimd
+	(*Vegas)(nil),               // 10: sluice.v1.Vegas
+	(*Gradient2)(nil),           // 11: sluice.v1.Gradient2
+	(*Fixed)(nil),               // 12: sluice.v1.Fixed
+	(*Queue)(nil),               // 13: sluice.v1.Queue
+	(*RateLimit)(nil),           // 14: sluice.v1.RateLimit
+	(*MethodConfig_Name)(nil),   // 15: sluice.v1.MethodConfig.Name
+	(*durationpb.Duration)(nil), // 16: google.protobuf.Duration
 }
 var file_sluice_v1_config_proto_depIdxs = []int32{
-	7,  // 0: sluice.v1.Config.default:type_name -> sluice.v1.Limit
-	6,  // 1: sluice.v1.Config.methods:type_name -> sluice.v1.MethodConfig
-	2,  // 2: sluice.v1.Config.caller_limit:type_name -> sluice.v1.CallerLimit
-	13, // 3: sluice.v1.CallerLimit.rate_limit:type_name -> sluice.v1.RateLimit
-	3,  // 4: sluice.v1.CallerLimit.ip:type_name -> sluice.v1.IpKey
-	4,  // 5: sluice.v1.CallerLimit.peer_identity:type_name -> sluice.v1.PeerIdentityKey
-	5,  // 6: sluice.v1.CallerLimit.metadata:type_name -> sluice.v1.MetadataKey
-	14, // 7: sluice.v1.MethodConfig.name:type_name -> sluice.v1.MethodConfig.Name
-	7,  // 8: sluice.v1.MethodConfig.limit:type_name -> sluice.v1.Limit
-	8,  // 9: sluice.v1.Limit.aimd:type_name -> sluice.v1.Aimd
-	9,  // 10: sluice.v1.Limit.vegas:type_name -> sluice.v1.Vegas
-	10, // 11: sluice.v1.Limit.gradient2:type_name -> sluice.v1.Gradient2
-	11, // 12: sluice.v1.Limit.fixed:type_name -> sluice.v1.Fixed
-	12, // 13: sluice.v1.Limit.queue:type_name -> sluice.v1.Queue
-	13, // 14: sluice.v1.Limit.rate_limit:type_name -> sluice.v1.RateLimit
-	0,  // 15: sluice.v1.Limit.priority:type_name -> sluice.v1.Priority
-	15, // 16: sluice.v1.Aimd.timeout:type_name -> google.protobuf.Duration
-	15, // 17: sluice.v1.Queue.target:type_name -> google.protobuf.Duration
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	8,  // 0: sluice.v1.Config.default:type_name -> sluice.v1.Limit
+	7,  // 1: sluice.v1.Config.methods:type_name -> sluice.v1.MethodConfig
+	3,  // 2: sluice.v1.Config.caller_limit:type_name -> sluice.v1.CallerLimit
+	2,  // 3: sluice.v1.Config.fair_share:type_name -> sluice.v1.FairShare
+	4,  // 4: sluice.v1.FairShare.ip:type_name -> sluice.v1.IpKey
+	5,  // 5: sluice.v1.FairShare.peer_identity:type_name -> sluice.v1.PeerIdentityKey
+	6,  // 6: sluice.v1.FairShare.metadata:type_name -> sluice.v1.MetadataKey
+	14, // 7: sluice.v1.CallerLimit.rate_limit:type_name -> sluice.v1.RateLimit
+	4,  // 8: sluice.v1.CallerLimit.ip:type_name -> sluice.v1.IpKey
+	5,  // 9: sluice.v1.CallerLimit.peer_identity:type_name -> sluice.v1.PeerIdentityKey
+	6,  // 10: sluice.v1.CallerLimit.metadata:type_name -> sluice.v1.MetadataKey
+	15, // 11: sluice.v1.MethodConfig.name:type_name -> sluice.v1.MethodConfig.Name
+	8,  // 12: sluice.v1.MethodConfig.limit:type_name -> sluice.v1.Limit
+	9,  // 13: sluice.v1.Limit.aimd:type_name -> sluice.v1.Aimd
+	10, // 14: sluice.v1.Limit.vegas:type_name -> sluice.v1.Vegas
+	11, // 15: sluice.v1.Limit.gradient2:type_name -> sluice.v1.Gradient2
+	12, // 16: sluice.v1.Limit.fixed:type_name -> sluice.v1.Fixed
+	13, // 17: sluice.v1.Limit.queue:type_name -> sluice.v1.Queue
+	14, // 18: sluice.v1.Limit.rate_limit:type_name -> sluice.v1.RateLimit
+	0,  // 19: sluice.v1.Limit.priority:type_name -> sluice.v1.Priority
+	16, // 20: sluice.v1.Aimd.timeout:type_name -> google.protobuf.Duration
+	16, // 21: sluice.v1.Queue.target:type_name -> google.protobuf.Duration
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_config_proto_init() }
@@ -1407,17 +1534,22 @@ func file_sluice_v1_config_proto_init() {
 		return
 	}
 	file_sluice_v1_config_proto_msgTypes[1].OneofWrappers = []any{
+		(*FairShare_Ip)(nil),
+		(*FairShare_PeerIdentity)(nil),
+		(*FairShare_Metadata)(nil),
+	}
+	file_sluice_v1_config_proto_msgTypes[2].OneofWrappers = []any{
 		(*CallerLimit_Ip)(nil),
 		(*CallerLimit_PeerIdentity)(nil),
 		(*CallerLimit_Metadata)(nil),
 	}
-	file_sluice_v1_config_proto_msgTypes[6].OneofWrappers = []any{
+	file_sluice_v1_config_proto_msgTypes[7].OneofWrappers = []any{
 		(*Limit_Aimd)(nil),
 		(*Limit_Vegas)(nil),
 		(*Limit_Gradient2)(nil),
 		(*Limit_Fixed)(nil),
 	}
-	file_sluice_v1_config_proto_msgTypes[11].OneofWrappers = []any{
+	file_sluice_v1_config_proto_msgTypes[12].OneofWrappers = []any{
 		(*Queue_Size)(nil),
 		(*Queue_Target)(nil),
 	}
@@ -1427,7 +1559,7 @@ func file_sluice_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_config_proto_rawDesc), len(file_sluice_v1_config_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
