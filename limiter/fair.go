@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 )
@@ -18,24 +19,25 @@ var ErrOverShare = errors.New("limiter: caller over its fair share of the concur
 // TryAcquireFor is TryAcquire for a call of caller, sharing the limit
 // fairly among callers when it is full. It never waits.
 //
-// A caller's share is the limit divided by n, the number of callers that
-// hold permits or held some within the last second (caller included). A
+// A caller's share is 1/n of the permits granted lately, n being the
+// callers that hold permits or took one within the last second (caller
+// included); "lately" weighs each grant by half every quarter second. A
 // caller within its share takes any free permit. A caller over it must
-// leave free a part of n permits (at most a quarter of the limit) that
-// grows with how far over it is: a light caller arriving finds room that a
-// heavy one could not fill, and the heavy one is refused with
-// ErrOverShare. A lone caller may use the whole limit.
+// leave min(n, limit/4) permits free, and is refused with ErrOverShare
+// when it would not: a light caller arriving finds room that a heavy one
+// could not fill. A lone caller may use the whole limit.
 //
 // leave is how many permits to leave free for callers of higher priority
 // (who pass 0): a caller of lower priority takes a permit only if more
 // than leave are free, in one atomic step with the taking, so callers of
 // every priority together never exceed the limit. Every caller respects
-// it; below 0 counts as 0. The empty caller is nobody in
-// particular: it has no share, and is refused only with ErrLimitExceeded.
+// it; below 0 counts as 0. The empty caller is nobody in particular: it
+// has no share, and is refused only with ErrLimitExceeded.
 //
 // Callers are remembered by a keyed hash of their name, a few dozen bytes
-// each, and only while they hold permits or for a second after, at most a
-// few thousand idle ones: the memory is bounded whatever the callers.
+// each, only while they hold permits or took one within the last second,
+// and at most a few thousand idle ones: the memory is bounded whatever
+// the callers.
 func (l *Limiter) TryAcquireFor(caller string, leave int) (Token, error) {
 	leave = max(leave, 0)
 	if caller == "" {
@@ -50,25 +52,25 @@ func (l *Limiter) TryAcquireFor(caller string, leave int) (Token, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sweepLocked(now, false)
-	held := int(c.seats[h].held)
 	n := len(c.seats)
 	if _, known := c.seats[h]; !known {
 		n++
 	}
-	limit := l.Limit()
-	excess := held*n - limit // > 0: held is over limit/n
-	if excess > 0 {
-		r := min(n, limit/4)
-		leave = max(leave, min(r, (r*excess+limit-1)/limit))
+	// Over 1/n of the usage, beyond rounding: a lone caller's usage is
+	// the total.
+	over := c.seats[h].usageAt(now)*float64(n) > c.totalAt(now)*(1+1e-9)
+	if over {
+		leave = max(leave, min(n, l.Limit()/4))
 	}
 	tok, ok := l.tryAcquire(leave)
 	switch {
 	case ok:
 		c.takeLocked(h, &tok)
 		return tok, nil
-	case excess > 0:
+	case over:
 		return Token{}, ErrOverShare
 	}
+
 	return Token{}, ErrLimitExceeded
 }
 
@@ -90,33 +92,51 @@ func (l *Limiter) AcquireFor(ctx context.Context, caller string) (Token, error) 
 	return tok, nil
 }
 
-// callers is the table of TryAcquireFor: the permits each caller holds,
-// and the callers that held some lately, since a light caller between two
-// calls is still a caller a heavy one must leave room for. Keys are 64-bit
-// hashes under a secret seed, so a caller cannot pick names that collide
-// with another's.
+// callers is the table of TryAcquireFor: for each caller, the permits it
+// holds and its usage, the permits granted to it lately with a weight
+// that halves every fairHalfLife; a caller is kept while it holds permits
+// or took one within fairRecent, since a light caller between two calls is
+// still a caller a heavy one must leave room for. Keys are 64-bit hashes
+// under a secret seed, so a caller cannot pick names that collide with
+// another's.
 type callers struct {
 	mu        sync.Mutex
 	seed      maphash.Seed
 	seats     map[uint64]seat
+	total     float64 // the usage of all callers, at stamp
+	stamp     int64
 	lastSweep int64 // Limiter.now at the last sweep
 }
 
-// A seat is one caller's entry: the permits it holds, and when it last
-// gave one back.
+// A seat is one caller's entry.
 type seat struct {
-	held int32
-	last int64
+	held  int32
+	usage float64 // at last
+	last  int64   // Limiter.now when it last took a permit
 }
 
 const (
 	// fairRecent is how long a caller that holds nothing still counts.
 	fairRecent = int64(time.Second)
+	// fairHalfLife is how fast usage is forgotten.
+	fairHalfLife = fairRecent / 4
 	// fairSeats bounds the table: past it, every caller that holds
 	// nothing is forgotten at once, so a flood of made-up names costs a
 	// bounded table, never a refusal.
 	fairSeats = 4096
 )
+
+// decay returns usage u of time from as of time to.
+func decay(u float64, from, to int64) float64 {
+	if to <= from {
+		return u
+	}
+	return u * math.Exp2(-float64(to-from)/float64(fairHalfLife))
+}
+
+func (st seat) usageAt(now int64) float64 { return decay(st.usage, st.last, now) }
+
+func (c *callers) totalAt(now int64) float64 { return decay(c.total, c.stamp, now) }
 
 // hash returns caller's key in the table; 0 is kept for no caller.
 func (c *callers) hash(caller string) uint64 {
@@ -128,26 +148,28 @@ func (c *callers) takeLocked(h uint64, tok *Token) {
 	if c.seats == nil {
 		c.seats = make(map[uint64]seat)
 	}
+	now := tok.start
 	st, known := c.seats[h]
 	if !known && len(c.seats) >= fairSeats {
-		c.sweepLocked(tok.start, true)
+		c.sweepLocked(now, true)
 	}
-	st.held++
-	c.seats[h] = st
+	c.total, c.stamp = c.totalAt(now)+1, max(now, c.stamp)
+	c.seats[h] = seat{held: st.held + 1, usage: st.usageAt(now) + 1, last: max(now, st.last)}
 	tok.caller = h
 }
 
-// leave gives back a permit of the caller of hash h at now.
-func (c *callers) leave(h uint64, now int64) {
+// leave gives back a permit of the caller of hash h.
+func (c *callers) leave(h uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st, ok := c.seats[h]; ok {
-		c.seats[h] = seat{held: st.held - 1, last: now}
+		st.held--
+		c.seats[h] = st
 	}
 }
 
-// sweepLocked forgets the callers that hold nothing and have held nothing
-// for fairRecent, at most every fairRecent/4; with all, every caller that
+// sweepLocked forgets the callers that hold nothing and took nothing for
+// fairRecent, at most every fairRecent/4; with all, every caller that
 // holds nothing.
 func (c *callers) sweepLocked(now int64, all bool) {
 	if !all && now-c.lastSweep < fairRecent/4 {

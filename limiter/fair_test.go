@@ -54,12 +54,10 @@ func TestFairShare(t *testing.T) {
 	}{
 		{"a lone caller takes the whole limit", nil, "heavy", 16, ErrLimitExceeded},
 		{"within its share, a caller fills the limit", map[string]int{"heavy": 12}, "light", 4, ErrLimitExceeded},
-		// Two callers: share 8. heavy holding 8 is at its share and takes
-		// a ninth; from 9 on it must leave (2×(9·2−16)+15)/16 = 1, then
-		// 2 permits free.
+		// Two callers: once heavy has had more grants than light, it is
+		// over its share and leaves min(2, 16/4) = 2 permits free.
 		{"over its share, a caller leaves room for the other", map[string]int{"light": 1}, "heavy", 13, ErrOverShare},
-		// Five callers: share 3.2. The heavy one leaves 1, 3, 4, then
-		// 4 permits free: it stops at 8, with 4 free for the light ones.
+		// Five callers: the heavy one leaves min(5, 4) = 4 free.
 		{"a heavy caller among light ones", map[string]int{"a": 1, "b": 1, "c": 1, "d": 1}, "heavy", 8, ErrOverShare},
 		{"the empty caller has no share", map[string]int{"light": 1}, "", 15, ErrLimitExceeded},
 	}
@@ -97,8 +95,8 @@ func TestFairShareCountsReleases(t *testing.T) {
 	assert.ErrorIs(t, take(t, l, "heavy", 0, &heavy), ErrOverShare, "the limit is full, and heavy is over its share")
 	assert.ErrorIs(t, take(t, l, "light", 0, &light), ErrLimitExceeded, "the limit is full")
 	releaseAll(light)
-	// light holds nothing but counts for a second: heavy, holding 7 of a
-	// share of 4, must leave 2 free.
+	// light holds nothing but counts for a second: heavy, with 7 of the 8
+	// grants, must leave 2 free.
 	assert.ErrorIs(t, take(t, l, "heavy", 0, &heavy), ErrOverShare)
 	releaseAll(heavy)
 	l.callers.mu.Lock()

@@ -395,7 +395,7 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 		l.follow()
 	}
 	if tok.caller != 0 {
-		l.callers.leave(tok.caller, end)
+		l.callers.leave(tok.caller)
 	}
 	l.release()
 	return held
