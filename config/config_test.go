@@ -622,7 +622,7 @@ func TestConfigCallerLimitApplies(t *testing.T) {
 }
 
 // TestConfigFairShare: the file's fair_share shares a limit of 8: beside a
-// light caller holding one permit, a heavy one gets five, then is turned
+// light caller holding one permit, a heavy one gets six, then is turned
 // away for its share.
 func TestConfigFairShare(t *testing.T) {
 	opts, err := Parse([]byte(`{"default": {"fixed": {"limit": 8}}, "fair_share": {"metadata": {"header": "x-tenant"}}}`))
@@ -639,7 +639,7 @@ func TestConfigFairShare(t *testing.T) {
 	entered := make(chan struct{})
 	block := func(context.Context, any) (any, error) { entered <- struct{}{}; <-release; return nil, nil }
 	var wg sync.WaitGroup
-	for _, tenant := range []string{"light", "heavy", "heavy", "heavy", "heavy", "heavy"} {
+	for _, tenant := range []string{"light", "heavy", "heavy", "heavy", "heavy", "heavy", "heavy"} {
 		wg.Go(func() {
 			_, err := unary(as(tenant), nil, info, block)
 			assert.NoError(t, err)

@@ -16,8 +16,8 @@ import (
 )
 
 // TestFairShareOverGRPC: with a limit of 8, beside a light tenant holding
-// one permit, the heavy one stops at five, leaving two free, rejected for
-// its share; the light tenant still gets in.
+// one permit, the heavy one stops at six, leaving one free, rejected for
+// its share; the light tenant still gets in, and one past the limit.
 func TestFairShareOverGRPC(t *testing.T) {
 	for _, early := range []bool{false, true} {
 		name := "interceptor"
@@ -48,13 +48,13 @@ func TestFairShareOverGRPC(t *testing.T) {
 				b.awaitEntered(t, n)
 			}
 			hold("light", 1)
-			hold("heavy", 5)
+			hold("heavy", 6)
 			_, err := e.client.Unary(as("heavy"), &testpb.UnaryRequest{})
 			require.Equal(t, codes.ResourceExhausted, status.Code(err))
-			assert.Equal(t, "sluice: server rejected /sluice.test.v1.TestService/Unary: concurrency limit 8 reached for a caller over its fair share (6 in flight, 0 queued)",
+			assert.Equal(t, "sluice: server rejected /sluice.test.v1.TestService/Unary: concurrency limit 8 reached for a caller over its fair share (7 in flight, 0 queued)",
 				status.Convert(err).Message())
 			e.awaitRejection(t, "server:fair_share")
-			hold("light", 2) // the permits heavy had to leave
+			hold("light", 2) // the permit heavy had to leave, and one past the limit
 
 			_, err = e.client.Unary(as("light"), &testpb.UnaryRequest{})
 			require.Equal(t, codes.ResourceExhausted, status.Code(err), "the limit is full")
@@ -62,7 +62,7 @@ func TestFairShareOverGRPC(t *testing.T) {
 
 			close(b.release)
 			wg.Wait()
-			for range 8 {
+			for range 9 {
 				e.awaitRelease(t, "server")
 			}
 		})

@@ -36,7 +36,8 @@ const (
 	// full), "deadline" or "canceled" (the call's context ended while it
 	// waited in the queue), "rate" (over the Limit's RateLimit) or
 	// "caller_rate" (over WithCallerLimiter), "priority" (over the
-	// share of the limit the call's priority may use).
+	// share of the limit the call's priority may use), "fair_share" (a
+	// caller over its share of a full limit, WithFairShare).
 	attrReason = attribute.Key("sluice.reason")
 	// attrDryRun is true on the rejections of a limiter in a dry run
 	// (Limit.DryRun): decisions recorded but not enforced.

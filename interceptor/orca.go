@@ -104,10 +104,12 @@ type loadStream struct {
 func (s *loadStream) Context() context.Context { return s.ctx }
 
 // overloadRejection reports whether a rejection says the server is
-// overloaded. A caller's own quota (caller_rate), its cancellation and a
-// deadline that ran out in the queue faster than the server's calls take
-// (see serverLate) are the caller's doing: counted, they would let one
-// caller steer the whole fleet's traffic away from a healthy server.
+// overloaded. A caller's own quota (caller_rate), its fair share
+// (fair_share: the light callers' rejections, if any, say whether the
+// server is full), its cancellation and a deadline that ran out in the
+// queue faster than the server's calls take (see serverLate) are the
+// caller's doing: counted, they would let one caller steer the whole
+// fleet's traffic away from a healthy server.
 func overloadRejection(g *gate, reason string, arrived time.Time) bool {
 	switch reason {
 	case reasonLimit, reasonPriority, reasonRate:

@@ -21,11 +21,15 @@ var ErrOverShare = errors.New("limiter: caller over its fair share of the concur
 //
 // A caller's share is 1/n of the permits granted lately, n being the
 // callers that hold permits or took one within the last second (caller
-// included); "lately" weighs each grant by half every quarter second. A
-// caller within its share takes any free permit. A caller over it must
-// leave min(n, limit/4) permits free, and is refused with ErrOverShare
-// when it would not: a light caller arriving finds room that a heavy one
-// could not fill. A lone caller may use the whole limit.
+// included); "lately" weighs each grant by half every quarter second. Let
+// band be min(n-1, limit/4): a permit per other caller, at most a quarter
+// of the limit. A caller over its share must leave band permits free, and
+// is refused with ErrOverShare when it would not. A caller
+// within its share takes any free permit, and when there is none, goes up
+// to band permits beyond the limit, a debt the next releases pay (never
+// past a queued caller): a light caller arriving finds room that a heavy
+// one could not fill, even just after the limit was lowered. A lone
+// caller may use the whole limit, and no more.
 //
 // leave is how many permits to leave free for callers of higher priority
 // (who pass 0): a caller of lower priority takes a permit only if more
@@ -59,8 +63,12 @@ func (l *Limiter) TryAcquireFor(caller string, leave int) (Token, error) {
 	// Over 1/n of the usage, beyond rounding: a lone caller's usage is
 	// the total.
 	over := c.seats[h].usageAt(now)*float64(n) > c.totalAt(now)*(1+1e-9)
-	if over {
-		leave = max(leave, min(n, l.Limit()/4))
+	band := min(n-1, l.Limit()/4)
+	switch {
+	case over:
+		leave = max(leave, band)
+	case leave == 0:
+		leave = -band // into debt: at most band beyond the limit
 	}
 	tok, ok := l.tryAcquire(leave)
 	switch {

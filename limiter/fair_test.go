@@ -53,11 +53,10 @@ func TestFairShare(t *testing.T) {
 		err    error // what refuses the next one
 	}{
 		{"a lone caller takes the whole limit", nil, "heavy", 16, ErrLimitExceeded},
-		{"within its share, a caller fills the limit", map[string]int{"heavy": 12}, "light", 4, ErrLimitExceeded},
-		// Two callers: once heavy has had more grants than light, it is
-		// over its share and leaves min(2, 16/4) = 2 permits free.
-		{"over its share, a caller leaves room for the other", map[string]int{"light": 1}, "heavy", 13, ErrOverShare},
-		// Five callers: the heavy one leaves min(5, 4) = 4 free.
+		// Two callers: band = min(2-1, 16/4) = 1.
+		{"within its share, a caller goes a band past the limit", map[string]int{"heavy": 12}, "light", 5, ErrLimitExceeded},
+		{"over its share, a caller leaves a band free", map[string]int{"light": 1}, "heavy", 14, ErrOverShare},
+		// Five callers: the heavy one leaves min(4, 16/4) = 4 free.
 		{"a heavy caller among light ones", map[string]int{"a": 1, "b": 1, "c": 1, "d": 1}, "heavy", 8, ErrOverShare},
 		{"the empty caller has no share", map[string]int{"light": 1}, "", 15, ErrLimitExceeded},
 	}
@@ -93,10 +92,12 @@ func TestFairShareCountsReleases(t *testing.T) {
 	}
 	require.NoError(t, take(t, l, "light", 0, &light))
 	assert.ErrorIs(t, take(t, l, "heavy", 0, &heavy), ErrOverShare, "the limit is full, and heavy is over its share")
-	assert.ErrorIs(t, take(t, l, "light", 0, &light), ErrLimitExceeded, "the limit is full")
+	require.NoError(t, take(t, l, "light", 0, &light), "light goes a band (1) past the limit")
+	assert.Equal(t, 9, l.Inflight())
+	assert.ErrorIs(t, take(t, l, "light", 0, &light), ErrLimitExceeded, "and no further")
 	releaseAll(light)
-	// light holds nothing but counts for a second: heavy, with 7 of the 8
-	// grants, must leave 2 free.
+	// light holds nothing but counts for a second: heavy, with 7 of the 9
+	// grants, must leave 1 free.
 	assert.ErrorIs(t, take(t, l, "heavy", 0, &heavy), ErrOverShare)
 	releaseAll(heavy)
 	l.callers.mu.Lock()
@@ -159,6 +160,7 @@ func TestAcquireForQueues(t *testing.T) {
 		require.NoError(t, take(t, l, "light", 0, &light))
 		_, err := l.AcquireFor(context.Background(), "heavy")
 		assert.ErrorIs(t, err, ErrOverShare, "over its share: not queued")
+		require.NoError(t, take(t, l, "light", 0, &light), "a band (1) past the limit")
 
 		var wg sync.WaitGroup
 		var queued Token
@@ -169,13 +171,14 @@ func TestAcquireForQueues(t *testing.T) {
 		})
 		synctest.Wait()
 		assert.Equal(t, 1, l.QueueLen())
-		heavy[0].Release(Success)
+		heavy[0].Release(Success) // pays the debt
+		heavy[1].Release(Success) // goes to the queued call
 		wg.Wait()
 		l.callers.mu.Lock()
-		assert.Equal(t, int32(2), l.callers.seats[l.callers.hash("light")].held, "the queued permit counts to light")
+		assert.Equal(t, int32(3), l.callers.seats[l.callers.hash("light")].held, "the queued permit counts to light")
 		l.callers.mu.Unlock()
 		queued.Release(Success)
-		releaseAll(heavy[1:])
+		releaseAll(heavy[2:])
 		releaseAll(light)
 		assertSettled(t, l)
 	})
@@ -193,7 +196,7 @@ func TestFairShareConcurrent(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				assert.LessOrEqual(t, l.Inflight(), 8)
+				assert.LessOrEqual(t, l.Inflight(), 8+8/4, "at most a band past the limit")
 				tok.Release(Success)
 			}
 		})

@@ -107,7 +107,8 @@ func (l *Limiter) TryAcquire() (Token, bool) { return l.tryAcquire(0) }
 func (l *Limiter) tryAcquire(reserve int) (Token, bool) {
 	for {
 		s := state(l.state.Load())
-		if s.avail() <= reserve {
+		// A negative reserve goes into debt, but never past a waiter.
+		if s.avail() <= reserve || (reserve < 0 && s.waiters() > 0) {
 			return Token{}, false
 		}
 		if l.state.CompareAndSwap(uint64(s), uint64(s.withAvail(-1))) {
