@@ -68,9 +68,14 @@ bench:
 ## failsafe-go's adaptivelimiter defaults (and unprotected and a static
 ## C+8 where cheap). Prints one markdown table of medians and writes it to
 ## bench-out/overload-matrix.md (log in bench-out/overload-matrix.txt).
-## About 18 minutes on 2 cores at the defaults; MATRIX_REPS=1
-## MATRIX_SCALE=0.5 gives a quick look in about 3, and MATRIX_RUN (a
-## regular expression) picks scenarios by name, e.g. MATRIX_RUN=quota;
+## Then, with the whole matrix only (no MATRIX_RUN), the tenants
+## measurement of bench-tenants, at the same MATRIX_REPS and MATRIX_SCALE
+## unless TENANTS_REPS or TENANTS_SCALE say otherwise, into
+## bench-out/tenants.md (log in bench-out/tenants.txt).
+## About 24 minutes on 2 cores at the defaults (18 for the matrix, 6 for
+## the tenants); MATRIX_REPS=1 MATRIX_SCALE=0.5 gives a quick look in
+## about 4, and MATRIX_RUN (a regular expression) picks matrix scenarios
+## by name, e.g. MATRIX_RUN=quota, and leaves the tenants out;
 ## a MATRIX_RUN may also name latency-shape scenarios (bench-shapes).
 MATRIX_REPS  ?= 3
 MATRIX_SCALE ?= 1
@@ -85,6 +90,7 @@ bench-overload:
 		-matrix.out $(BENCH_OUT)/$(MATRIX_FILE).md . > $(BENCH_OUT)/$(MATRIX_FILE).txt 2>&1) || \
 		{ cat $(BENCH_OUT)/$(MATRIX_FILE).txt; exit 1; }; \
 	cat $(BENCH_OUT)/$(MATRIX_FILE).md; \
+	if [ -z '$(MATRIX_RUN)' ]; then $(run-tenants); fi; \
 	echo "== make $@ took $$(( $$(date +%s) - start )) s"
 
 ## bench-shapes: the overload matrix's latency-shape scenarios (issue 29),
@@ -104,6 +110,39 @@ bench-overload:
 ## row, the static one too, can lose a repetition to deadlines.
 bench-shapes:
 	@$(MAKE) --no-print-directory bench-overload MATRIX_RUN='$(or $(MATRIX_RUN),^shape)' MATRIX_FILE=overload-shapes
+
+## bench-tenants: interceptor.WithFairShare over real gRPC on loopback TCP
+## (bench/tenants_test.go), on the overload matrix's backends (C = 16,
+## S = 20 ms, constant service times, FIFO and processor sharing), every
+## call naming its tenant in the metadata x-tenant: a heavy tenant at 2.5x
+## beside four light ones at 0.1x each, one tenant alone at 2x, and 10,000
+## tenants drawn from a Zipf distribution (s = 1.1) at 2x in all; each with
+## sluice's defaults, sluice's fair share keyed by x-tenant and a static
+## C+8 (and failsafe-go's defaults beside the light tenants). Prints one
+## markdown table per scenario of medians of TENANTS_REPS runs of
+## 6 s x TENANTS_SCALE (the first third left out): the light tenants' OK
+## share and p99, the heavy one's OK share, goodput, rejections, the 100
+## lightest Zipf tenants' OK share and the heap, each fair-share row judged
+## against the issue's targets; writes it to bench-out/tenants.md (log in
+## bench-out/tenants.txt). About 6.5 minutes on 2 cores at the defaults
+## (TENANTS_REPS and TENANTS_SCALE default to MATRIX_REPS and
+## MATRIX_SCALE: 3 and 1); bench-overload runs it too.
+TENANTS_REPS  ?= $(MATRIX_REPS)
+TENANTS_SCALE ?= $(MATRIX_SCALE)
+# run-tenants is the shell that runs TestTenants for bench-tenants and
+# bench-overload, $$commit being set.
+run-tenants = echo "== tenants (fair share) at $$commit: $(TENANTS_REPS) repetition(s), phases scaled by $(TENANTS_SCALE) > bench-out/tenants.txt"; \
+	(cd bench && $(GO) test -count=1 -run '^TestTenants$$' -v -timeout 60m -tenants \
+		-tenants.reps $(TENANTS_REPS) -tenants.scale $(TENANTS_SCALE) -tenants.commit $$commit \
+		-tenants.out $(BENCH_OUT)/tenants.md . > $(BENCH_OUT)/tenants.txt 2>&1) || \
+		{ cat $(BENCH_OUT)/tenants.txt; exit 1; }; \
+	cat $(BENCH_OUT)/tenants.md
+.PHONY: bench-tenants
+bench-tenants:
+	@set -e; mkdir -p $(BENCH_OUT); start=$$(date +%s); \
+	commit=$$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- . || echo -dirty); \
+	$(run-tenants); \
+	echo "== make $@ took $$(( $$(date +%s) - start )) s"
 
 ## bench-early: rejection before decoding. 64 KiB requests at 5x overload
 ## (FIFO, C = 16, S = 20 ms) against NewServer() and

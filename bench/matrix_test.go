@@ -246,6 +246,17 @@ func sluiceLimit(ls func() []interceptor.LimiterState) func() int {
 	}
 }
 
+// sluiceServer builds a server-side row of sluice: the ServerOptions of
+// interceptor.NewServer(opts...), its first limiter's live limit and its
+// Close.
+func sluiceServer(opts ...interceptor.ServerOption) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+	s, err := interceptor.NewServer(opts...)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return s.ServerOptions(), nil, sluiceLimit(s.Limiters), func() { _ = s.Close() }, nil
+}
+
 var unprotected = matrixProtection{"unprotected", true, false, func(scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
 	return nil, nil, nil, func() {}, nil
 }}
@@ -266,11 +277,7 @@ func serverProtections() []matrixProtection {
 				// it, rather than the default limiter per method.
 				opts = append(opts, interceptor.WithMethod("/"+methodsService+"/", interceptor.Limit{}))
 			}
-			s, err := interceptor.NewServer(opts...)
-			if err != nil {
-				return nil, nil, nil, nil, err
-			}
-			return s.ServerOptions(), nil, sluiceLimit(s.Limiters), func() { _ = s.Close() }, nil
+			return sluiceServer(opts...)
 		}},
 		{"failsafe defaults", false, false, func(scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
 			g := NewFailsafe()
@@ -395,15 +402,82 @@ type matrixRun struct {
 // runScenario runs sc once with p on a fresh backend, server and client
 // connection over TCP on 127.0.0.1, each phase lasting phase.
 func runScenario(ctx context.Context, sc scenario, p matrixProtection, phase, skip time.Duration, seed uint64) (matrixRun, error) {
-	be, err := backend.New(sc.kind, matrixC, sc.service, sc.dist)
+	rg, err := startRig(ctx, sc, p, seed)
 	if err != nil {
 		return matrixRun{}, err
+	}
+	defer rg.close()
+	client := testpb.NewTestServiceClient(rg.conn)
+	call := func(ctx context.Context) error {
+		_, err := client.Unary(ctx, &testpb.UnaryRequest{})
+		return err
+	}
+	if sc.methods {
+		call = methodsCall(rg.conn, seed)
+	}
+
+	lp := make([]loadgen.Phase, len(sc.stages))
+	for i, st := range sc.stages {
+		lp[i] = loadgen.Phase{Name: fmt.Sprint(i), Duration: phase, Rate: sc.rate(st), Start: func() {
+			if rg.be.Capacity() != st.capacity {
+				_ = rg.be.SetCapacity(st.capacity) // >= 1: cannot fail
+			}
+		}}
+	}
+
+	var failed atomic.Int64
+	var rep *loadgen.Report
+	obs, err := observeRun(rg.limit, func() (err error) {
+		rep, err = loadgen.Run(ctx, loadgen.Config{
+			Phases:   lp,
+			Deadline: 10 * sc.service,
+			Seed:     seed,
+			Call:     call,
+			Classify: countingClassify(&failed),
+		})
+		return err
+	})
+	if err != nil {
+		return matrixRun{}, err
+	}
+	return matrixRun{report: rep, limits: obs.limits, cpu: obs.cpu, maxLag: obs.maxLag, failed: failed.Load(),
+		phase: phase, skip: skip, service: sc.service}, nil
+}
+
+// A rig is what a run of sc drives: a fresh backend, a gRPC server on
+// 127.0.0.1 with protection p's options around overload.Service (and the
+// quota and methods of sc), and a client connection to it, ready. limit
+// reports p's live limit (nil if it has none); close tears it all down.
+type rig struct {
+	be    backend.Backend
+	conn  *grpc.ClientConn
+	limit func() int
+	close func()
+}
+
+// startRig builds the rig of one run of sc with p.
+func startRig(ctx context.Context, sc scenario, p matrixProtection, seed uint64) (_ *rig, err error) {
+	be, err := backend.New(sc.kind, matrixC, sc.service, sc.dist)
+	if err != nil {
+		return nil, err
 	}
 	sopts, dopts, limit, done, err := p.build(sc)
 	if err != nil {
-		return matrixRun{}, err
+		return nil, err
 	}
-	defer done()
+	// Torn down in the reverse order of building, on error too.
+	var undo []func()
+	undo = append(undo, done)
+	closeAll := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
 	if sc.client {
 		sopts = nil
 	} else {
@@ -421,83 +495,76 @@ func runScenario(ctx context.Context, sc scenario, p matrixProtection, phase, sk
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return matrixRun{}, err
+		return nil, err
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(lis) })
-	defer func() {
+	undo = append(undo, func() {
 		srv.Stop()
 		wg.Wait()
-	}()
+	})
 
 	conn, err := grpc.NewClient(lis.Addr().String(), append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
-		return matrixRun{}, err
+		return nil, err
 	}
-	defer conn.Close()
+	undo = append(undo, func() { _ = conn.Close() })
 	if err := overload.Connect(ctx, conn); err != nil {
-		return matrixRun{}, err
+		return nil, err
 	}
-	client := testpb.NewTestServiceClient(conn)
-	call := func(ctx context.Context) error {
-		_, err := client.Unary(ctx, &testpb.UnaryRequest{})
-		return err
-	}
-	if sc.methods {
-		call = methodsCall(conn, seed)
-	}
+	return &rig{be: be, conn: conn, limit: limit, close: closeAll}, nil
+}
 
-	lp := make([]loadgen.Phase, len(sc.stages))
-	for i, st := range sc.stages {
-		lp[i] = loadgen.Phase{Name: fmt.Sprint(i), Duration: phase, Rate: sc.rate(st), Start: func() {
-			if be.Capacity() != st.capacity {
-				_ = be.SetCapacity(st.capacity) // >= 1: cannot fail
-			}
-		}}
+// classifyCall maps a call's error to its Result, and reports whether the
+// call failed other than by rejection, deadline or the handler's quota.
+func classifyCall(err error) (r loadgen.Result, failed bool) {
+	if s, _ := status.FromError(err); s.Code() == codes.ResourceExhausted && s.Message() == quotaMessage {
+		return loadgen.Failed, false // counted apart from real failures
 	}
+	if errors.Is(err, adaptivelimiter.ErrExceeded) {
+		return loadgen.Rejected, false // failsafegrpc's client interceptor
+	}
+	r = overload.Classify(err)
+	return r, r == loadgen.Failed
+}
 
-	var failed atomic.Int64
-	classify := func(err error) loadgen.Result {
-		if s, _ := status.FromError(err); s.Code() == codes.ResourceExhausted && s.Message() == quotaMessage {
-			return loadgen.Failed // counted apart from real failures below
-		}
-		if errors.Is(err, adaptivelimiter.ErrExceeded) {
-			return loadgen.Rejected // failsafegrpc's client interceptor
-		}
-		r := overload.Classify(err)
-		if r == loadgen.Failed {
+// countingClassify is classifyCall for loadgen, counting real failures in
+// failed.
+func countingClassify(failed *atomic.Int64) func(error) loadgen.Result {
+	return func(err error) loadgen.Result {
+		r, f := classifyCall(err)
+		if f {
 			failed.Add(1)
 		}
 		return r
 	}
+}
 
+// runObservation is what observeRun saw around a run.
+type runObservation struct {
+	limits      []limitSample
+	cpu, maxLag time.Duration
+}
+
+// observeRun calls run, sampling limit (when not nil) every 100 ms and the
+// timer lag meanwhile, and measuring the process's CPU time.
+func observeRun(limit func() int, run func() error) (runObservation, error) {
 	start := time.Now()
 	stop := make(chan struct{})
 	var (
-		bg     sync.WaitGroup
-		limits []limitSample
-		maxLag time.Duration
+		bg  sync.WaitGroup
+		obs runObservation
 	)
 	if limit != nil {
-		bg.Go(func() { limits = sampleLimit(start, limit, stop) })
+		bg.Go(func() { obs.limits = sampleLimit(start, limit, stop) })
 	}
-	bg.Go(func() { maxLag = watchLag(stop) })
+	bg.Go(func() { obs.maxLag = watchLag(stop) })
 	cpu0 := overload.ProcessCPU()
-	rep, err := loadgen.Run(ctx, loadgen.Config{
-		Phases:   lp,
-		Deadline: 10 * sc.service,
-		Seed:     seed,
-		Call:     call,
-		Classify: classify,
-	})
-	cpu := overload.ProcessCPU() - cpu0
+	err := run()
+	obs.cpu = overload.ProcessCPU() - cpu0
 	close(stop)
 	bg.Wait()
-	if err != nil {
-		return matrixRun{}, err
-	}
-	return matrixRun{report: rep, limits: limits, cpu: cpu, maxLag: maxLag, failed: failed.Load(),
-		phase: phase, skip: skip, service: sc.service}, nil
+	return obs, err
 }
 
 // matrixMetrics are the figures of one run, as reported. NaN means "not
