@@ -110,6 +110,21 @@ func ExampleWithCallerLimiter() {
 
 // Priorities named by a header that only the edge proxies may set: the
 // header of any other caller is ignored, and even the proxies cannot
+// Fair share: while a limiter is full, each tenant named by the verified
+// client certificate gets its share, so one tenant's flood cannot crowd
+// out the others; a tenant alone may use the whole limit.
+func ExampleWithFairShare() {
+	limits, err := interceptor.NewServer(
+		interceptor.WithFairShare(callerkey.PeerIdentity), // or a header your own auth proxy sets
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(limits.ServerOptions()...)
+	srv.Stop()
+	// Output:
+}
+
 // claim more than default priority for a call (the zero MaxClaimed).
 func ExampleWithPriorities() {
 	limits, err := interceptor.NewServer(interceptor.WithPriorities(interceptor.Priorities{

@@ -92,3 +92,31 @@ func TestFairShareNilKey(t *testing.T) {
 	_, err := NewServer(WithFairShare(nil))
 	assert.EqualError(t, err, "interceptor: WithFairShare: the callerkey.Func is nil; use callerkey.PeerIdentity, callerkey.PeerIP, a callerkey.IP, callerkey.Metadata or a func of your own")
 }
+
+// TestFairShareDryRun: in a dry run a call over its share is recorded as
+// a fair_share rejection and goes on.
+func TestFairShareDryRun(t *testing.T) {
+	b := newBlock()
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return &testpb.UnaryResponse{}, b.wait(ctx)
+	}}
+	e := newEnv(t, svc, envConfig{
+		server:   []ServerOption{WithMethod(unaryMethod, fixed(4)), WithFairShare(callerkey.Metadata("x-tenant")), WithDryRun()},
+		noClient: true,
+	})
+	var wg sync.WaitGroup
+	call := func(tenant string) {
+		wg.Go(func() {
+			_, err := e.client.Unary(metadata.AppendToOutgoingContext(t.Context(), "x-tenant", tenant), &testpb.UnaryRequest{})
+			assert.NoError(t, err)
+		})
+		b.awaitEntered(t, 1)
+	}
+	call("light")
+	for range 3 {
+		call("heavy") // the third leaves no permit free: over its share
+	}
+	e.awaitRejection(t, "server:fair_share")
+	close(b.release)
+	wg.Wait()
+}

@@ -115,8 +115,8 @@ func heldOf(l *Limiter) map[uint64]int32 {
 	return out
 }
 
-// TestFairShareForgets: a caller that held nothing for a second is
-// forgotten, and the table stays bounded however many callers come.
+// TestFairShareForgets: a caller that took nothing for a second is
+// forgotten.
 func TestFairShareForgets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := fixedLimiter(t, 8)
@@ -131,18 +131,30 @@ func TestFairShareForgets(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond) // virtual time: the bubble is idle
 		require.NoError(t, take(t, l, "heavy", 0, &held), "alone again after a second: the whole limit")
 		releaseAll(held)
-
-		for i := range 3 * fairSeats {
-			var one []Token
-			require.NoError(t, take(t, l, fmt.Sprintf("caller-%d", i), 0, &one))
-			releaseAll(one)
-		}
-		l.callers.mu.Lock()
-		n := len(l.callers.seats)
-		l.callers.mu.Unlock()
-		assert.LessOrEqual(t, n, fairSeats, "callers remembered")
 		assertSettled(t, l)
 	})
+}
+
+// TestAttackFairShareNameFlood: a caller that makes up a new name for
+// every call grows no table past its bound, and the callers holding
+// permits are never forgotten.
+func TestAttackFairShareNameFlood(t *testing.T) {
+	l := fixedLimiter(t, 8)
+	var held []Token
+	require.NoError(t, take(t, l, "victim", 0, &held))
+	for i := range 3 * fairSeats {
+		var one []Token
+		require.NoError(t, take(t, l, fmt.Sprintf("made-up-%d", i), 0, &one))
+		releaseAll(one)
+	}
+	l.callers.mu.Lock()
+	n := len(l.callers.seats)
+	victim := l.callers.seats[l.callers.hash("victim")].held
+	l.callers.mu.Unlock()
+	assert.LessOrEqual(t, n, fairSeats, "callers remembered")
+	assert.Equal(t, int32(1), victim, "a caller holding a permit is kept")
+	releaseAll(held)
+	assertSettled(t, l)
 }
 
 // TestAcquireForQueues: a caller within its share waits in the queue and
