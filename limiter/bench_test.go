@@ -73,3 +73,22 @@ func BenchmarkChannelSemaphoreParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTryAcquireForRelease is the keyed path of fair share: eight
+// callers in turn, each call hashing its caller's name and updating its
+// usage under the table's lock. Compare with BenchmarkTryAcquireRelease,
+// the keyless path.
+func BenchmarkTryAcquireForRelease(b *testing.B) {
+	l := newBenchLimiter(b)
+	callers := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tok, err := l.TryAcquireFor(callers[i%len(callers)], 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok.Release(Success)
+		i++
+	}
+}
