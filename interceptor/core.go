@@ -162,13 +162,22 @@ func (c *core) take(ctx context.Context, r *route, wait bool) (limiter.Token, ch
 
 // acquire is admit's concurrency check.
 func (c *core) acquire(ctx context.Context, r *route, wait bool) (limiter.Token, *rejection) {
-	g := r.gate
-	caller := c.fairCaller(ctx, r)
+	var caller string
+	if r.t.fairKey != nil {
+		caller = c.fairCaller(ctx, r)
+	}
 	tok, reason := c.tryAcquire(ctx, r, caller)
-	switch {
-	case reason == "":
+	if reason == "" {
 		return tok, nil
-	case reason != reasonLimit || !wait:
+	}
+	return c.acquireSlow(ctx, r, wait, caller, reason)
+}
+
+// acquireSlow is acquire for a call tryAcquire turned away: rejected, or
+// queued if the limit has a queue and was merely full.
+func (c *core) acquireSlow(ctx context.Context, r *route, wait bool, caller, reason string) (limiter.Token, *rejection) {
+	g := r.gate
+	if reason != reasonLimit || !wait {
 		return limiter.Token{}, c.reject(ctx, r, reason)
 	}
 	// sluice.queue.wait holds the calls that waited. A full queue rejects

@@ -120,3 +120,39 @@ func TestFairShareDryRun(t *testing.T) {
 	close(b.release)
 	wg.Wait()
 }
+
+// tenantKey names a client call's tenant from its outgoing metadata.
+func tenantKey(ctx context.Context, _ string) string {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if v := md.Get("x-tenant"); len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return ""
+}
+
+// TestFairShareOnClient: a client multiplexing tenants shares its limit
+// among them as a server does.
+func TestFairShareOnClient(t *testing.T) {
+	b := newBlock()
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return &testpb.UnaryResponse{}, b.wait(ctx)
+	}}
+	e := newEnv(t, svc, envConfig{noServer: true, client: []ClientOption{WithMethod(unaryMethod, fixed(8)), WithFairShare(tenantKey)}})
+	as := func(tenant string) context.Context {
+		return metadata.AppendToOutgoingContext(t.Context(), "x-tenant", tenant)
+	}
+	var wg sync.WaitGroup
+	for _, tenant := range []string{"light", "heavy", "heavy", "heavy", "heavy", "heavy", "heavy"} {
+		wg.Go(func() {
+			_, err := e.client.Unary(as(tenant), &testpb.UnaryRequest{})
+			assert.NoError(t, err)
+		})
+		b.awaitEntered(t, 1)
+	}
+	_, err := e.client.Unary(as("heavy"), &testpb.UnaryRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "for a caller over its fair share")
+	e.awaitRejection(t, "client:fair_share")
+	close(b.release)
+	wg.Wait()
+}

@@ -101,14 +101,14 @@ func TestFairShareCountsReleases(t *testing.T) {
 	assert.ErrorIs(t, take(t, l, "heavy", 0, &heavy), ErrOverShare)
 	releaseAll(heavy)
 	l.callers.mu.Lock()
-	assert.Equal(t, map[uint64]int32{l.callers.hash("heavy"): 0, l.callers.hash("light"): 0}, heldOf(l))
+	assert.Equal(t, map[uint32]int32{l.callers.hash("heavy"): 0, l.callers.hash("light"): 0}, heldOf(l))
 	l.callers.mu.Unlock()
 	assertSettled(t, l)
 }
 
 // heldOf returns the permits each remembered caller holds.
-func heldOf(l *Limiter) map[uint64]int32 {
-	out := map[uint64]int32{}
+func heldOf(l *Limiter) map[uint32]int32 {
+	out := map[uint32]int32{}
 	for h, st := range l.callers.seats {
 		out[h] = st.held
 	}

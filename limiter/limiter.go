@@ -184,7 +184,11 @@ func (l *Limiter) wait(ctx context.Context) (Token, error) {
 func (l *Limiter) grant(availAfter int) Token {
 	start, inflight := l.now(), l.Limit()-availAfter
 	cohort := l.counter != nil && l.counter.granted(inflight)
-	return Token{l: l, inflight: int32(inflight), start: start, cohort: cohort}
+	meta := uint64(min(inflight, inflightMax))
+	if cohort {
+		meta |= cohortBit
+	}
+	return Token{l: l, start: start, meta: meta}
 }
 
 // A grantCounter is an Algorithm that counts the permits granted: one that
@@ -348,12 +352,24 @@ func clampLimit(n int) int {
 // same variable does nothing; copies of a Token share no such memory, so do
 // not copy a Token you intend to release.
 type Token struct {
-	l        *Limiter
-	start    int64  // l.now() when granted
-	inflight int32  // permits held right after this one was granted
-	cohort   bool   // the algorithm counted this grant into a cohort
-	caller   uint64 // the hash of the caller it counts to (TryAcquireFor); 0 for none
+	l     *Limiter
+	start int64 // l.now() when granted
+	// meta packs, low bits first: the permits held right after this one
+	// was granted (31 bits), whether the algorithm counted this grant
+	// into a cohort (1 bit), and the caller it counts to (TryAcquireFor;
+	// 32 bits, 0 for none). Three words go back in registers on every
+	// call's path; a fourth field spilled the Token to the stack.
+	meta uint64
 }
+
+const (
+	cohortBit   = 1 << 31
+	inflightMax = cohortBit - 1
+)
+
+func (t *Token) inflight() int  { return int(t.meta & inflightMax) }
+func (t *Token) cohort() bool   { return t.meta&cohortBit != 0 }
+func (t *Token) caller() uint32 { return uint32(t.meta >> 32) }
 
 // Release returns the permit and reports the call's outcome and round-trip
 // time to the algorithm, which may change the limit. It returns the RTT it
@@ -380,10 +396,10 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 	held := time.Duration(end - tok.start)
 	s := Sample{
 		RTT:      UntimedRTT,
-		Inflight: int(tok.inflight),
+		Inflight: tok.inflight(),
 		Outcome:  o,
 		At:       l.epoch.Add(time.Duration(end)),
-		cohort:   tok.cohort,
+		cohort:   tok.cohort(),
 	}
 	if timed {
 		s.RTT = held
@@ -395,8 +411,8 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 	if limit != l.Limit() {
 		l.follow()
 	}
-	if tok.caller != 0 {
-		l.callers.leave(tok.caller)
+	if h := tok.caller(); h != 0 {
+		l.callers.leave(h)
 	}
 	l.release()
 	return held
