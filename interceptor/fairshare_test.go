@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // TestFairShareOverGRPC: with a limit of 8, beside a light tenant holding
@@ -153,6 +154,39 @@ func TestFairShareOnClient(t *testing.T) {
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Contains(t, status.Convert(err).Message(), "for a caller over its fair share")
 	e.awaitRejection(t, "client:fair_share")
+	close(b.release)
+	wg.Wait()
+}
+
+// TestFairShareRefundsTheQuota: a call fair share turns away gives its
+// caller's quota token back.
+func TestFairShareRefundsTheQuota(t *testing.T) {
+	g, err := ratelimit.NewKeyed(1000, 100)
+	require.NoError(t, err)
+	quota := &countingLimiter{Keyed: g}
+	b := newBlock()
+	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		return &testpb.UnaryResponse{}, b.wait(ctx)
+	}}
+	key := callerkey.Metadata("x-tenant")
+	e := newEnv(t, svc, envConfig{
+		server:   []ServerOption{WithMethod(unaryMethod, fixed(8)), WithFairShare(key), WithCallerLimiter(key, quota)},
+		noClient: true,
+	})
+	var wg sync.WaitGroup
+	for _, tenant := range []string{"light", "heavy", "heavy", "heavy", "heavy", "heavy", "heavy"} {
+		wg.Go(func() {
+			_, err := e.client.Unary(metadata.AppendToOutgoingContext(t.Context(), "x-tenant", tenant), &testpb.UnaryRequest{})
+			assert.NoError(t, err)
+		})
+		b.awaitEntered(t, 1)
+	}
+	_, err = e.client.Unary(metadata.AppendToOutgoingContext(t.Context(), "x-tenant", "heavy"), &testpb.UnaryRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	e.awaitRejection(t, "server:fair_share")
+	quota.mu.Lock()
+	assert.Equal(t, []string{"heavy"}, quota.refunded)
+	quota.mu.Unlock()
 	close(b.release)
 	wg.Wait()
 }

@@ -221,3 +221,23 @@ func TestFairShareConcurrent(t *testing.T) {
 	l.callers.mu.Unlock()
 	assertSettled(t, l)
 }
+
+// TestFairShareWithinPriority: a caller of lower priority leaves what its
+// priority must leave, even within its share, and never goes past the
+// limit.
+func TestFairShareWithinPriority(t *testing.T) {
+	l := fixedLimiter(t, 8)
+	var held []Token
+	for range 5 {
+		require.NoError(t, take(t, l, "heavy", 0, &held))
+	}
+	require.NoError(t, take(t, l, "light", 2, &held))
+	assert.ErrorIs(t, take(t, l, "light", 2, &held), ErrLimitExceeded, "2 permits are left for higher priorities")
+	require.NoError(t, take(t, l, "other", 0, &held), "priority 0 takes them")
+	require.NoError(t, take(t, l, "other", 0, &held))
+	assert.Equal(t, 8, l.Inflight())
+	assert.ErrorIs(t, take(t, l, "light", 2, &held), ErrLimitExceeded, "with a priority's leave, never past the limit")
+	require.NoError(t, take(t, l, "light", 0, &held), "at priority 0, a band past it")
+	releaseAll(held)
+	assertSettled(t, l)
+}
