@@ -104,7 +104,7 @@ func (l *Limiter) AcquireFor(ctx context.Context, caller string) (Token, error) 
 // holds and its usage, the permits granted to it lately with a weight
 // that halves every fairHalfLife; a caller is kept while it holds permits
 // or took one within fairRecent, since a light caller between two calls is
-// still a caller a heavy one must leave room for. Keys are 64-bit hashes
+// still a caller a heavy one must leave room for. Keys are 32-bit hashes
 // under a secret seed, so a caller cannot pick names that collide with
 // another's.
 type callers struct {
