@@ -11,15 +11,16 @@ import (
 //
 //	interceptor.WithFairShare(callerkey.PeerIdentity)
 //
-// While a limiter is full, a caller holding less than its share of the
-// limit (the limit divided among the callers active in the last second)
-// is admitted ahead of one holding more: a caller over its share must
-// leave a few permits free for the others, and is rejected with
-// RESOURCE_EXHAUSTED, reason fair_share in sluice.rejected, when it would
-// not. When there is room a lone caller may use the whole limit, and the
-// limit itself adapts as always. Fair share comes after priorities: a
-// call also leaves what its priority must leave. A queued limiter queues
-// only callers within their share.
+// While a limiter is full, a caller that has had less than its share of
+// it lately (the permits granted divided among the callers active in the
+// last second) is admitted ahead of one that has had more: a caller over
+// its share must leave a few permits free for the others, and is rejected
+// with RESOURCE_EXHAUSTED, reason fair_share in sluice.requests, when it
+// would not, while one within its share may go as many permits past the
+// limit. A lone caller may use the whole limit, and the limit itself
+// adapts as always (limiter.Limiter.TryAcquireFor has the rule). Fair
+// share comes after priorities: a call also leaves what its priority
+// must leave. A queued limiter queues only callers within their share.
 //
 // key must name callers by what the server verified (callerkey.PeerIdentity,
 // a callerkey.IP, a header a trusted proxy sets): a caller that can choose

@@ -10,8 +10,8 @@ import (
 )
 
 // ErrOverShare is returned by TryAcquireFor and AcquireFor to a caller
-// that holds more than its fair share of the limit, when taking another
-// permit would leave too little room for the others. The call should be
+// that has had more than its fair share of the limit lately, when taking
+// another permit would leave too little room for the others. The call should be
 // rejected as for ErrLimitExceeded; the error says whom the rejection fell
 // on.
 var ErrOverShare = errors.New("limiter: caller over its fair share of the concurrency limit")
@@ -23,13 +23,16 @@ var ErrOverShare = errors.New("limiter: caller over its fair share of the concur
 // callers that hold permits or took one within the last second (caller
 // included); "lately" weighs each grant by half every quarter second. Let
 // band be min(n-1, limit/4): a permit per other caller, at most a quarter
-// of the limit. A caller over its share must leave band permits free, and
-// is refused with ErrOverShare when it would not. A caller
-// within its share takes any free permit, and when there is none, goes up
-// to band permits beyond the limit, a debt the next releases pay (never
-// past a queued caller): a light caller arriving finds room that a heavy
-// one could not fill, even just after the limit was lowered. A lone
-// caller may use the whole limit, and no more.
+// of the limit.
+//
+//   - A caller over its share must leave band permits free, and is
+//     refused with ErrOverShare when it would not.
+//   - A caller within its share takes any free permit, and when there is
+//     none goes up to band permits past the limit: a debt the next
+//     releases pay, never taken ahead of a queued caller. A light caller
+//     thus finds room a heavy one could not fill, even just after the
+//     limit was lowered.
+//   - A lone caller's band is 0: it may use the whole limit, and no more.
 //
 // leave is how many permits to leave free for callers of higher priority
 // (who pass 0): a caller of lower priority takes a permit only if more
@@ -78,13 +81,12 @@ func (l *Limiter) TryAcquireFor(caller string, leave int) (Token, error) {
 	case over:
 		return Token{}, ErrOverShare
 	}
-
 	return Token{}, ErrLimitExceeded
 }
 
 // AcquireFor is Acquire for a call of caller: TryAcquireFor, then, for a
-// caller within its share that found the limit full, a place in the
-// queue. A caller over its share is not queued: it gets ErrOverShare.
+// caller within its share that found no room, a place in the queue. A
+// caller over its share is not queued: it gets ErrOverShare.
 func (l *Limiter) AcquireFor(ctx context.Context, caller string) (Token, error) {
 	tok, err := l.TryAcquireFor(caller, 0)
 	if !errors.Is(err, ErrLimitExceeded) {
