@@ -361,7 +361,16 @@ func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)
 	if l.probe.successes() == 0 {
-		// Every call of the probe was dropped: no b to keep, measure again.
+		// No call of the probe succeeded: no b to keep; measure again at
+		// half the depth. Before any b the limit is the start's, and it
+		// halves too: calls that all overran their deadlines (which a
+		// server that has seen no success cannot tell from a caller's tiny
+		// ones, and ignores) would otherwise hold it there for good.
+		if l.b == 0 {
+			l.limit = max(l.limit/2, float64(l.cfg.MinLimit))
+			l.startProbeLocked(at, int(l.limit))
+			return
+		}
 		l.startProbeLocked(at, l.probeLimit/2)
 		return
 	}

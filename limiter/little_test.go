@@ -228,3 +228,39 @@ func TestLittleSpread(t *testing.T) {
 	assert.Less(t, l.cv, 2.5)
 	assert.Equal(t, maxWindowSamples, l.need)
 }
+
+// TestStartWithoutSuccess: a fresh limiter whose first calls all come
+// back without a success (a server ignores deadline overruns until it has
+// seen a call succeed) halves the start's limit with every probe, instead
+// of holding it for good. Over real gRPC with processor sharing at 5×,
+// no call could succeed at the start's 390 in flight, and the limit held
+// there, every call timing out, in 2 of 3 runs.
+func TestStartWithoutSuccess(t *testing.T) {
+	l, err := New()
+	require.NoError(t, err)
+	var toks []Token
+	for range 400 {
+		tok, ok := l.TryAcquire()
+		require.True(t, ok, "the start admits every call until the first returns")
+		toks = append(toks, tok)
+	}
+	for i := range toks {
+		toks[i].Release(Ignored)
+	}
+	assert.LessOrEqual(t, l.Limit(), 200, "the start's limit halves when its probe has no success")
+	for round := range 3 {
+		before := l.Limit()
+		toks = toks[:0]
+		for {
+			tok, ok := l.TryAcquire()
+			if !ok {
+				break
+			}
+			toks = append(toks, tok)
+		}
+		for i := range toks {
+			toks[i].Release(Ignored)
+		}
+		assert.LessOrEqual(t, l.Limit(), max(before/2, 1), "round %d", round)
+	}
+}
