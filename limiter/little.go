@@ -149,6 +149,9 @@ func (l *little) Update(s Sample) int {
 	case l.phase != steady:
 		l.probeLocked(s)
 	case s.Outcome == Ignored:
+		if s.RTT >= 0 && l.win.skip(s, l.need) {
+			l.closeLocked(s.At)
+		}
 	case s.RTT < 0:
 		l.untimedLocked(s)
 	case l.win.add(s, l.need):
@@ -185,6 +188,15 @@ func (l *little) clampLocked() {
 func (l *little) closeLocked(at time.Time) {
 	rt := l.win.close(at)
 	l.observeSpreadLocked(rt)
+	if rt.n == 0 && l.b != 0 {
+		// A round trip of calls that told nothing (deadline overruns a
+		// server does not count, since a caller may choose them): if b
+		// holds a queue, no call may ever succeed again. Measure b anew
+		// at half the limit; a caller cannot move the limit this way, only
+		// a probe's successes do.
+		l.startProbeLocked(at, int(l.limit)/2)
+		return
+	}
 	if rt.n == 0 || l.b == 0 || !at.After(rt.opened) {
 		return
 	}

@@ -264,3 +264,23 @@ func TestStartWithoutSuccess(t *testing.T) {
 		assert.LessOrEqual(t, l.Limit(), max(before/2, 1), "round %d", round)
 	}
 }
+
+// TestLittleAllIgnored: a round trip of calls that all came back Ignored
+// (deadline overruns a server does not count) tells nothing about b, and
+// if b holds a queue no call may succeed again: it probes at half the
+// limit, and the limit itself does not move. Mixed with calls that count,
+// Ignored calls change nothing.
+func TestLittleAllIgnored(t *testing.T) {
+	l, at := steadyLittle(t, 40)
+	feed(l, roundTrip(at, 200*time.Millisecond, 10, 40, Ignored))
+	assert.Equal(t, probing, l.phase)
+	assert.Equal(t, 20, l.Limit(), "the probe's limit")
+	assert.Equal(t, 40.0, l.limit, "the limit itself")
+
+	l, at = steadyLittle(t, 40)
+	trip := roundTrip(at, 10*time.Millisecond, 10, 40, Success)
+	trip = append(trip, roundTrip(at, 200*time.Millisecond, 10, 40, Ignored)...)
+	feed(l, trip)
+	assert.Equal(t, steady, l.phase)
+	assert.Equal(t, 52.0, l.limit, "the full, on-time round trip's step, as without the Ignored calls")
+}

@@ -22,6 +22,19 @@ func (w *window) add(s Sample, minSamples int) bool {
 	return w.ready && w.n >= minSamples
 }
 
+// skip records s, timed and Ignored, as a call that returned without
+// telling anything, and reports whether the window is complete: a window
+// of such calls only, as many as a round trip needs.
+func (w *window) skip(s Sample, minSamples int) bool {
+	start := s.At.Add(-s.RTT)
+	if w.opened.IsZero() {
+		w.opened = start
+	}
+	w.ignored++
+	w.ready = w.ready || !start.Before(w.opened)
+	return w.ready && w.n == 0 && w.ignored >= minSamples
+}
+
 // close takes the window's samples and opens the next window at at.
 func (w *window) close(at time.Time) trip {
 	rt := w.trip
@@ -33,6 +46,7 @@ func (w *window) close(at time.Time) trip {
 // A trip is the samples of a round trip, or of a probe.
 type trip struct {
 	n, drops int
+	ignored  int           // calls that returned Ignored (round trips only)
 	sumRTT   time.Duration // of the successes
 	dropRTT  time.Duration // of the drops
 	sumSq    float64       // of the successes' RTTs in microseconds, squared
