@@ -59,13 +59,14 @@ func (l *Limiter) TryAcquireFor(caller string, leave int) (Token, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sweepLocked(now, false)
+	st, known := c.seats[h]
 	n := len(c.seats)
-	if _, known := c.seats[h]; !known {
+	if !known {
 		n++
 	}
 	// Over 1/n of the usage, beyond rounding: a lone caller's usage is
 	// the total.
-	over := c.seats[h].usageAt(now)*float64(n) > c.totalAt(now)*(1+1e-9)
+	over := st.usageAt(now)*float64(n) > c.totalAt(now)*(1+1e-9)
 	band := min(n-1, l.Limit()/4)
 	switch {
 	case over:
