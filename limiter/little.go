@@ -51,7 +51,7 @@ const (
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  the tolerance: the calls' spread, not their shape
 //	c = m·b/r                         the calls done without a queue (Little); limit/2/(1+t) if none succeeded
-//	late: r > (1+t)·b, or the drops took longer than (1+t)·b on average (overruns)
+//	late: r > (1+t)·b
 //	full (m ≥ 0.9·limit), late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
 //	reached (most in flight ≥ 0.9·limit), on time: up to (1+t)·c, by max(1, min(n/limit, limit)) at least
 //
@@ -59,7 +59,7 @@ const (
 // is their mean. A full limit probes when b is 30 s old or the limit has
 // halved since the last probe, and when late with b unconfirmed or on too
 // few calls. A b lower by more than t cuts the limit to (1+t)·depth; if it
-// fell in proportion to the depth, or the probe's calls overran (b then
+// fell in proportion to the depth, or its drops' time made it late (b then
 // stays), it probes again at half the depth. The start admits every call
 // until the first returns.
 type little struct {
@@ -198,9 +198,8 @@ func (l *little) closeLocked(at time.Time) {
 	if rt.n == 0 || l.b == 0 || !at.After(rt.opened) {
 		return
 	}
-	// Drops count with the time they took: an overrun is a late call.
 	ok := rt.successes()
-	r := float64(rt.sumRTT+rt.dropRTT) / float64(ok)
+	r := rt.perSuccess()
 	m := float64(rt.sumIn) / float64(rt.n)
 	b := float64(l.b)
 	t := l.toleranceLocked(rt.n)
@@ -212,7 +211,7 @@ func (l *little) closeLocked(at time.Time) {
 	admits := math.Floor(l.limit) // what the Limiter enforces
 	full := m >= fullShare*admits
 	reached := float64(rt.maxIn) >= fullShare*admits
-	late := r > (1+t)*b || overran(rt.drops, rt.dropRTT, (1+t)*b)
+	late := r > (1+t)*b
 	switch {
 	case full && late && l.unconfirmed:
 		// b holds a queue if anything, and c errs high: all the way down.
@@ -230,13 +229,6 @@ func (l *little) closeLocked(at time.Time) {
 		}
 		l.startProbeLocked(at, int(depth))
 	}
-}
-
-// overran reports whether drops that took dropRTT in all are overruns,
-// late calls beyond a round trip's lateness bound (ns) on average, however
-// few; a quota's fast refusals are not.
-func overran(drops int, dropRTT time.Duration, bound float64) bool {
-	return drops > 0 && float64(dropRTT) > float64(drops)*bound
 }
 
 // reprobeLocked reports whether b needs measuring again, now that the
@@ -406,10 +398,11 @@ func (l *little) endProbeLocked(at time.Time) {
 		l.b = time.Duration((float64(l.b)*w + float64(m)*float64(n)) / (w + float64(n)))
 		l.nb = w + float64(n)
 		l.unconfirmed = false
-	case overran(l.probe.drops, l.probe.dropRTT, (1+t)*float64(m)):
+	case l.probe.perSuccess() > (1+t)*float64(m):
 		// The probe's calls overran: they queued, and the mean of those
 		// that succeeded lacks the slow ones. b stays; measure again at
-		// half the depth.
+		// half the depth. A downstream's own rare overruns do not count:
+		// on lognormal times one in 128 calls overruns a 10·S deadline.
 		again = true
 		l.limit = min(l.limit, (1+t)*float64(depth))
 		l.clampLocked()

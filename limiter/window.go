@@ -77,6 +77,12 @@ func (r *trip) add(s Sample) {
 
 func (r trip) successes() int { return r.n - r.drops }
 
+// perSuccess is the time in flight (ns) per success, the drops' time
+// included: an overrun is a late call, in proportion to how many overran.
+func (r trip) perSuccess() float64 {
+	return float64(r.sumRTT+r.dropRTT) / float64(r.successes())
+}
+
 // dropShare is the share of the round trip's calls that were dropped.
 func (r trip) dropShare() float64 {
 	if r.n == 0 {
