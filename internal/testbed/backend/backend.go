@@ -40,10 +40,15 @@ const (
 	// Lognormal is a heavy tail: lognormal with σ = 1.2 and mean S,
 	// coefficient of variation 1.8; one call in a hundred takes over 8·S.
 	Lognormal
+	// TwoMethods is two methods of one service on one pool, as the
+	// overload matrix's methods shape: a quarter of the service time for
+	// 80 % of calls, four times it for 20 %. Mean S, coefficient of
+	// variation 1.5.
+	TwoMethods
 )
 
 // maxDist is the last Dist.
-const maxDist = Lognormal
+const maxDist = TwoMethods
 
 // lognormalSigma is Lognormal's σ; its μ puts the mean at the service time.
 const lognormalSigma = 1.2
@@ -60,12 +65,14 @@ func (d Dist) String() string {
 		return "bimodal"
 	case Lognormal:
 		return "lognormal"
+	case TwoMethods:
+		return "methods"
 	}
 	return fmt.Sprintf("Dist(%d)", uint8(d))
 }
 
 // ParseDist parses a Dist's name: "constant", "uniform", "exponential",
-// "bimodal" or "lognormal".
+// "bimodal", "lognormal" or "methods".
 func ParseDist(s string) (Dist, error) {
 	switch s {
 	case "constant", "":
@@ -78,8 +85,10 @@ func ParseDist(s string) (Dist, error) {
 		return Bimodal, nil
 	case "lognormal":
 		return Lognormal, nil
+	case "methods":
+		return TwoMethods, nil
 	}
-	return 0, fmt.Errorf(`backend: distribution must be "constant", "uniform", "exponential", "bimodal" or "lognormal", got %q`, s)
+	return 0, fmt.Errorf(`backend: distribution must be "constant", "uniform", "exponential", "bimodal", "lognormal" or "methods", got %q`, s)
 }
 
 // sampler draws service times; safe for concurrent use.
@@ -109,6 +118,11 @@ func (s *sampler) next() time.Duration {
 			return time.Duration(m / 3)
 		}
 		return time.Duration(7 * m)
+	case TwoMethods:
+		if s.rng.Float64() < 0.8 {
+			return time.Duration(m / 4)
+		}
+		return time.Duration(4 * m)
 	case Lognormal:
 		// E[exp(μ + σZ)] = exp(μ + σ²/2): the mean is m with μ = ln m − σ²/2.
 		return time.Duration(m * math.Exp(lognormalSigma*s.rng.NormFloat64()-lognormalSigma*lognormalSigma/2))

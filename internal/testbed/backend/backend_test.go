@@ -118,8 +118,8 @@ func TestDoFor(t *testing.T) {
 }
 
 func TestDistributions(t *testing.T) {
-	cvs := map[Dist]float64{Constant: 0, Uniform: 0.29, Exponential: 1, Bimodal: 2, Lognormal: 1.8}
-	for _, d := range []Dist{Constant, Uniform, Exponential, Bimodal, Lognormal} {
+	cvs := map[Dist]float64{Constant: 0, Uniform: 0.29, Exponential: 1, Bimodal: 2, Lognormal: 1.8, TwoMethods: 1.5}
+	for _, d := range []Dist{Constant, Uniform, Exponential, Bimodal, Lognormal, TwoMethods} {
 		s := newSampler(10*time.Millisecond, d)
 		var sum time.Duration
 		var sumSq float64
@@ -142,7 +142,7 @@ func TestDistributions(t *testing.T) {
 		assert.Equal(t, d, parsed)
 	}
 	_, err := ParseDist("gamma")
-	assert.EqualError(t, err, `backend: distribution must be "constant", "uniform", "exponential", "bimodal" or "lognormal", got "gamma"`)
+	assert.EqualError(t, err, `backend: distribution must be "constant", "uniform", "exponential", "bimodal", "lognormal" or "methods", got "gamma"`)
 }
 
 func TestBadConfig(t *testing.T) {
