@@ -325,13 +325,12 @@ func (l *little) probeLocked(s Sample) {
 	if l.b == 0 {
 		// The start is a slow start: it knows no capacity to stay below,
 		// grows a limit its calls fill by one per call, and backs off on
-		// a drop, until its probe ends: the wait for a long tail's slowest
-		// call is no reason to hold a guess.
+		// a drop.
 		switch {
 		case s.Outcome == Dropped:
 			l.limit *= l.cfg.BackoffRatio
 			l.clampLocked()
-		case s.Outcome == Success && float64(s.Inflight) >= fullShare*l.limit:
+		case s.Outcome == Success && l.phase == probing && float64(s.Inflight) >= fullShare*l.limit:
 			l.grow(1)
 		}
 	}
