@@ -60,8 +60,9 @@ const (
 // halved since the last probe, and when late with b unconfirmed or on too
 // few calls. A b lower by more than t cuts the limit to (1+t)·depth; if it
 // fell in proportion to the depth, or its drops' time made it late (b then
-// stays), it probes again at half the depth. The start admits every call
-// until the first returns.
+// stays), or it agreed with an unconfirmed b measured no deeper (the
+// start's always), it probes again at half the depth. The start admits
+// every call until the first returns.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
@@ -75,7 +76,8 @@ type little struct {
 	b     time.Duration // no-load RTT; 0 until the first probe ends
 	nb    float64       // calls behind b
 	// unconfirmed: b may hold a queue, measured by the start or by a
-	// probe whose mean fell in proportion to its depth
+	// probe whose mean fell in proportion to its depth, or agreed with
+	// such a b from as deep
 	unconfirmed bool
 	bDepth      int       // the probe limit b was measured at; 0 for the start's
 	bAt         time.Time // when b was last measured
@@ -397,7 +399,12 @@ func (l *little) endProbeLocked(at time.Time) {
 		w := min(l.nb, float64(2*l.probeCalls()))
 		l.b = time.Duration((float64(l.b)*w + float64(m)*float64(n)) / (w + float64(n)))
 		l.nb = w + float64(n)
-		l.unconfirmed = false
+		// An unconfirmed b is confirmed only from below the depth it was
+		// measured at (the start's, 0, is unknown): a probe as deep meets
+		// the same queue, if there is one, and c = m·b/r makes the first
+		// probe as deep. Measure again at half the depth.
+		again = l.unconfirmed && depth >= l.bDepth
+		l.unconfirmed = again
 	case l.probe.perSuccess() > (1+t)*float64(m):
 		// The probe's calls overran: they queued, and the mean of those
 		// that succeeded lacks the slow ones. b stays; measure again at

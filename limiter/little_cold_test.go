@@ -26,8 +26,11 @@ import (
 // costs the calls admitted in its first round trip: with processor
 // sharing at S = 100 ms they share the backend with 3–4 C others, which
 // the p99 over the first 6 s shows, and the probes that bring b down from
-// what the start measured cost goodput. bench/RESULTS.md has the numbers
-// against the previous start from a limit of 20.
+// what the start measured, or confirm it at half the depth, cost goodput:
+// with FIFO at S = 100 ms the start's b is right, and the confirming probe
+// costs 1.5–4 % of the first 6 s (none before the start's b needed one).
+// bench/RESULTS.md has the numbers against the previous start from a
+// limit of 20.
 func TestFirstProbe(t *testing.T) {
 	if testing.Short() || limiter.RaceEnabled {
 		t.Skip("make test runs it without -race")
@@ -41,8 +44,8 @@ func TestFirstProbe(t *testing.T) {
 		from, to   time.Duration // the window whose p99 is measured
 		maxP99     float64       // in service times
 	}{
-		{"fifo", 100 * time.Millisecond, 0, 0.975, 0, 6 * time.Second, 2.75},
-		{"fifo", 100 * time.Millisecond, time.Second, 0.99, 0, 6 * time.Second, 2.75},
+		{"fifo", 100 * time.Millisecond, 0, 0.955, 0, 6 * time.Second, 2.75},
+		{"fifo", 100 * time.Millisecond, time.Second, 0.96, 0, 6 * time.Second, 2.75},
 		{"ps", 100 * time.Millisecond, time.Second, 0.91, 0, 6 * time.Second, 4},
 		{"ps", 20 * time.Millisecond, 0, 0.98, time.Second, 3 * time.Second, 2.5},
 	}
@@ -149,6 +152,28 @@ func TestColdOverload(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestColdProbeAtStartDepth: with processor sharing at 3× from the first
+// call the start's b holds a queue, and c = m·b/r, by Little's law, is
+// about the depth the start's calls met: the first probe, at 0.9·c, meets
+// the same queue and agrees with b. Taken as confirmation it held the limit
+// at 2.5–5.5·C for good in four of these six seeds (p99 as many S). An
+// unconfirmed b is confirmed only by a shallower probe.
+func TestColdProbeAtStartDepth(t *testing.T) {
+	if testing.Short() || limiter.RaceEnabled {
+		t.Skip("make test runs it without -race")
+	}
+	const c, s = 16, 20 * time.Millisecond
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				lim, be := newLimitedBackend(t, "ps", c, s, backend.Constant)
+				runLoad(t, lim, be, s, 3*float64(c)/s.Seconds(), 3*time.Second, seed)
+				assert.LessOrEqual(t, lim.Limit(), 2*c, "limit at the end")
+			})
+		})
 	}
 }
 

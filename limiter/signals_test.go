@@ -82,15 +82,15 @@ func TestLimitHolds(t *testing.T) {
 // TestLimitHoldsLargerAndSlower: a downstream's own rare overruns are not
 // overload. Lognormal times (σ = 1.2) overrun a deadline of 10 S in one
 // call of 160, so nearly every round trip of 256 calls holds one; read as
-// late, they held the limit at 0.3 C at C = 64, S = 100 ms, rejecting 40 %
-// of calls at half load.
+// late, they held the limit at 0.3 C at C = 64, S = 100 ms, rejecting 25 %
+// of calls at half load (this seed) and 61 % at 2× (76 % of ideal).
 func TestLimitHoldsLargerAndSlower(t *testing.T) {
 	const c, s = 64, 100 * time.Millisecond
 	cases := []steadyCase{
 		{name: "0.5x", kind: "fifo", dist: backend.Lognormal, load: 0.5, duration: 20 * time.Second,
 			minGoodput: 0.99, maxRejected: 0.001},
 		{name: "2x", kind: "fifo", dist: backend.Lognormal, load: 2, duration: 20 * time.Second,
-			minGoodput: 0.95, maxP99: 8.5, maxRejected: 1},
+			minGoodput: 0.9, maxP99: 8.5, maxRejected: 1},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%s/%v", tc.name, tc.kind, tc.dist), func(t *testing.T) {
