@@ -5,7 +5,7 @@ TOOL    := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 MODULES := $(sort $(dir $(shell git ls-files -co --exclude-standard "*go.mod")))
 CODE_MODULES := $(filter-out tools/,$(MODULES))
 
-.PHONY: all test overload frontier shapes bench bench-overload bench-shapes bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet check-rules
+.PHONY: all test overload frontier shapes starts bench bench-overload bench-shapes bench-early lint fmt check-tidy tidy generate check-generate fuzz soak ci demo demo-fleet check-rules
 
 all: ci
 
@@ -37,6 +37,13 @@ frontier:
 ## markdown table (about 2 minutes on 2 cores).
 shapes:
 	cd bench && $(GO) test . -count=1 -run '^TestShapes$$' -v -shapes | grep '^ *|'
+
+## starts: fresh default limiters at three sizes (C = 4, S = 2 ms; the
+## matrix's C = 16, S = 20 ms; C = 64, S = 100 ms), every latency shape and
+## load from the first call, beside a fixed C+8, in virtual time
+## (bench/starts_test.go, about a minute)
+starts:
+	cd bench && $(GO) test . -count=1 -run '^TestStarts$$' -v -starts | grep '^ *|'
 
 ## bench: the micro benchmarks of the root module, then bench/'s peer
 ## comparison: micro benchmarks, gRPC overhead, and the ~3 min overload run

@@ -106,6 +106,18 @@
 // share and half a second of the Zipf one in every test pass, with no
 // performance assertion.
 //
+// # Virtual time
+//
+// Three measurements run sluice's limiter alone against simulated
+// backends in the virtual time of testing/synctest, in seconds of wall
+// time, each skipped unless its flag is set: TestFrontier (-frontier,
+// `make frontier`) and TestShapes (-shapes, `make shapes`) at the
+// matrix's C = 16, S = 20 ms, and TestStarts (-starts, `make starts`),
+// fresh limiters from their first call at C = 4, S = 2 ms, at C = 16,
+// S = 20 ms and at C = 64, S = 100 ms on every latency shape and load,
+// beside a fixed C+8: the sizes and cold starts the rule was not tuned
+// on.
+//
 // # Side effects of the peers
 //
 // Linking go-zero's load package and Kratos's bbr package starts
