@@ -61,8 +61,9 @@ const (
 // few calls. A b lower by more than t cuts the limit to (1+t)·depth; if it
 // fell in proportion to the depth, or its drops' time made it late (b then
 // stays), or it agreed with an unconfirmed b measured no deeper (the
-// start's always), it probes again at half the depth. The start admits
-// every call until the first returns.
+// start's always) and was not higher by more than t, it probes again at
+// half the depth. The start admits every call until the first returns,
+// then grows as a slow start until its probe ends.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
@@ -327,12 +328,13 @@ func (l *little) probeLocked(s Sample) {
 	if l.b == 0 {
 		// The start is a slow start: it knows no capacity to stay below,
 		// grows a limit its calls fill by one per call, and backs off on
-		// a drop.
+		// a drop, until its probe ends: the wait for a long tail's slowest
+		// call is no reason to hold a guess.
 		switch {
 		case s.Outcome == Dropped:
 			l.limit *= l.cfg.BackoffRatio
 			l.clampLocked()
-		case s.Outcome == Success && l.phase == probing && float64(s.Inflight) >= fullShare*l.limit:
+		case s.Outcome == Success && float64(s.Inflight) >= fullShare*l.limit:
 			l.grow(1)
 		}
 	}
@@ -396,15 +398,17 @@ func (l *little) endProbeLocked(at time.Time) {
 	case float64(m)*(1+t) >= float64(l.b):
 		// b is the mean of the probes' calls, the older ones weighing at
 		// most two probes' worth, so that b follows a downstream that changed.
+		// An unconfirmed b is confirmed only from below the depth it was
+		// measured at (the start's, 0, is unknown): a probe as deep meets
+		// the same queue, if there is one, reads about b, and c = m·b/r
+		// makes the first probe as deep. Measure again at half the depth.
+		// A mean higher than b by more than t met no such queue: b was
+		// low (a start's fast calls, the slow ones still running).
+		again = l.unconfirmed && depth >= l.bDepth && float64(m) <= (1+t)*float64(l.b)
+		l.unconfirmed = again
 		w := min(l.nb, float64(2*l.probeCalls()))
 		l.b = time.Duration((float64(l.b)*w + float64(m)*float64(n)) / (w + float64(n)))
 		l.nb = w + float64(n)
-		// An unconfirmed b is confirmed only from below the depth it was
-		// measured at (the start's, 0, is unknown): a probe as deep meets
-		// the same queue, if there is one, and c = m·b/r makes the first
-		// probe as deep. Measure again at half the depth.
-		again = l.unconfirmed && depth >= l.bDepth
-		l.unconfirmed = again
 	case l.probe.perSuccess() > (1+t)*float64(m):
 		// The probe's calls overran: they queued, and the mean of those
 		// that succeeded lacks the slow ones. b stays; measure again at
