@@ -150,7 +150,7 @@ func (l *little) Update(s Sample) int {
 	case l.phase != steady:
 		l.probeLocked(s)
 	case s.Outcome == Ignored:
-		if s.RTT >= 0 && l.win.skip(s, l.need) {
+		if s.RTT >= 0 && l.win.skip(s, l.need, l.unconfirmed) {
 			l.closeLocked(s.At)
 		}
 	case s.RTT < 0:
@@ -189,12 +189,14 @@ func (l *little) clampLocked() {
 func (l *little) closeLocked(at time.Time) {
 	rt := l.win.close(at)
 	l.observeSpreadLocked(rt)
-	if rt.n == 0 && l.b != 0 {
+	if l.b != 0 && (rt.n == 0 || l.unconfirmed && rt.ignored > rt.n) {
 		// A round trip of calls that told nothing (deadline overruns a
 		// server does not count, since a caller may choose them): if b
 		// holds a queue, no call may ever succeed again. Measure b anew
 		// at half the limit; a caller cannot move the limit this way, only
-		// a probe's successes do.
+		// a probe's successes do. While b is unconfirmed (a start's, whose
+		// calls met a queue), mostly such calls are enough: the few that
+		// succeed are the ones admitted before the queue grew.
 		l.startProbeLocked(at, int(l.limit)/2)
 		return
 	}

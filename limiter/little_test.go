@@ -284,3 +284,35 @@ func TestLittleAllIgnored(t *testing.T) {
 	assert.Equal(t, steady, l.phase)
 	assert.Equal(t, 52.0, l.limit, "the full, on-time round trip's step, as without the Ignored calls")
 }
+
+// TestLittleMostlyIgnored: after a start whose b holds a queue, calls may
+// all overrun deadlines a server does not count, but for the few admitted
+// before the queue grew: a round trip then waited seconds for enough calls
+// that count (processor sharing at 2.9× from the first call, C = 16,
+// S = 20 ms: 91 counted among 7,226 Ignored in 9 s, the limit at 10 C).
+// While b is unconfirmed, a round trip mostly of Ignored calls probes at
+// half the limit; once b is confirmed, only one of Ignored calls alone.
+func TestLittleMostlyIgnored(t *testing.T) {
+	ms := time.Millisecond
+	for _, tt := range []struct {
+		name        string
+		unconfirmed bool
+		want        phase
+	}{
+		{"b unconfirmed: probe", true, probing},
+		{"b confirmed: wait for calls that count", false, steady},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, at := steadyLittle(t, 40)
+			l.unconfirmed = tt.unconfirmed
+			trip := roundTrip(at, 50*ms, 3, 40, Success)
+			trip = append(trip, roundTrip(at, 200*ms, 10, 40, Ignored)...)
+			feed(l, trip)
+			assert.Equal(t, tt.want, l.phase)
+			assert.Equal(t, 40.0, l.limit, "the limit itself")
+			if tt.want == probing {
+				assert.Equal(t, 20, l.Limit(), "the probe's limit")
+			}
+		})
+	}
+}

@@ -23,16 +23,17 @@ func (w *window) add(s Sample, minSamples int) bool {
 }
 
 // skip records s, timed and Ignored, as a call that returned without
-// telling anything, and reports whether the window is complete: a window
-// of such calls only, as many as a round trip needs.
-func (w *window) skip(s Sample, minSamples int) bool {
+// telling anything, and reports whether the window is complete: as many
+// such calls as a round trip needs, and none that told something, or
+// fewer of those than of these when mostly is set.
+func (w *window) skip(s Sample, minSamples int, mostly bool) bool {
 	start := s.At.Add(-s.RTT)
 	if w.opened.IsZero() {
 		w.opened = start
 	}
 	w.ignored++
 	w.ready = w.ready || !start.Before(w.opened)
-	return w.ready && w.n == 0 && w.ignored >= minSamples
+	return w.ready && w.ignored >= minSamples && (w.n == 0 || mostly && w.ignored > w.n)
 }
 
 // close takes the window's samples and opens the next window at at.
