@@ -189,7 +189,7 @@ func (l *little) clampLocked() {
 func (l *little) closeLocked(at time.Time) {
 	rt := l.win.close(at)
 	l.observeSpreadLocked(rt)
-	if l.b != 0 && (rt.n == 0 || l.unconfirmed && rt.ignored > rt.n) {
+	if l.b != 0 && rt.toldNothing(l.unconfirmed) {
 		// A round trip of calls that told nothing (deadline overruns a
 		// server does not count, since a caller may choose them): if b
 		// holds a queue, no call may ever succeed again. Measure b anew
@@ -414,8 +414,8 @@ func (l *little) endProbeLocked(at time.Time) {
 	case l.probe.perSuccess() > (1+t)*float64(m):
 		// The probe's calls overran: they queued, and the mean of those
 		// that succeeded lacks the slow ones. b stays; measure again at
-		// half the depth. A downstream's own rare overruns do not count:
-		// on lognormal times one in 128 calls overruns a 10·S deadline.
+		// half the depth. Overruns count in proportion, as in r: a
+		// downstream's own rare ones are not a queue.
 		again = true
 		l.limit = min(l.limit, (1+t)*float64(depth))
 		l.clampLocked()

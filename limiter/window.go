@@ -13,12 +13,8 @@ type window struct {
 // add records s, which must be timed and not Ignored, and reports whether
 // the window is complete.
 func (w *window) add(s Sample, minSamples int) bool {
-	start := s.At.Add(-s.RTT)
-	if w.opened.IsZero() {
-		w.opened = start
-	}
+	w.returned(s)
 	w.trip.add(s)
-	w.ready = w.ready || !start.Before(w.opened)
 	return w.ready && w.n >= minSamples
 }
 
@@ -27,13 +23,19 @@ func (w *window) add(s Sample, minSamples int) bool {
 // such calls as a round trip needs, and none that told something, or
 // fewer of those than of these when mostly is set.
 func (w *window) skip(s Sample, minSamples int, mostly bool) bool {
+	w.returned(s)
+	w.ignored++
+	return w.ready && w.ignored >= minSamples && w.toldNothing(mostly)
+}
+
+// returned notes that the timed s came back: the first opens the window
+// at its start, and one that started after the opening makes it ready.
+func (w *window) returned(s Sample) {
 	start := s.At.Add(-s.RTT)
 	if w.opened.IsZero() {
 		w.opened = start
 	}
-	w.ignored++
 	w.ready = w.ready || !start.Before(w.opened)
-	return w.ready && w.ignored >= minSamples && (w.n == 0 || mostly && w.ignored > w.n)
 }
 
 // close takes the window's samples and opens the next window at at.
@@ -77,6 +79,12 @@ func (r *trip) add(s Sample) {
 }
 
 func (r trip) successes() int { return r.n - r.drops }
+
+// toldNothing reports whether the round trip's calls were all Ignored, or
+// mostly so when mostly is set.
+func (r trip) toldNothing(mostly bool) bool {
+	return r.n == 0 || mostly && r.ignored > r.n
+}
 
 // perSuccess is the time in flight (ns) per success, the drops' time
 // included: an overrun is a late call, in proportion to how many overran.
