@@ -124,7 +124,7 @@ func TestEarlyRejectionServer(t *testing.T) {
 			}
 		}()
 	}
-	be, err := backend.New("fifo", matrixC, matrixS, backend.Constant)
+	be, err := backend.New("fifo", matrixC, matrixS, backend.Constant, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ type frontierResult struct{ good, p99, rejected, meanLimit float64 }
 // default algorithm (fixed 0) or a fixed limit. It must run inside a
 // synctest bubble.
 func runFrontier(t *testing.T, kind string, dist backend.Dist, c int, s time.Duration, load float64, fixed int, run, skip time.Duration, seed uint64) frontierResult {
-	be, err := backend.New(kind, c, s, dist)
+	be, err := backend.New(kind, c, s, dist, seed)
 	require.NoError(t, err)
 	var opts []limiter.Option
 	if fixed > 0 {

@@ -457,7 +457,7 @@ type rig struct {
 
 // startRig builds the rig of one run of sc with p.
 func startRig(ctx context.Context, sc scenario, p matrixProtection, seed uint64) (_ *rig, err error) {
-	be, err := backend.New(sc.kind, matrixC, sc.service, sc.dist)
+	be, err := backend.New(sc.kind, matrixC, sc.service, sc.dist, seed)
 	if err != nil {
 		return nil, err
 	}

@@ -241,7 +241,7 @@ func TestOverloadEngine(t *testing.T) {
 // runOverload runs phases against a fresh backend and a fresh server
 // protected by p, with a plain gRPC client over TCP on 127.0.0.1.
 func runOverload(ctx context.Context, p protection, phases []overloadPhase) (overloadRun, error) {
-	be, err := backend.New("fifo", overloadC, overloadS, backend.Constant)
+	be, err := backend.New("fifo", overloadC, overloadS, backend.Constant, 1)
 	if err != nil {
 		return overloadRun{}, err
 	}

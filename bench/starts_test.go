@@ -83,7 +83,7 @@ func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration
 	var vals, p99s []float64
 	for seed := uint64(1); seed <= 3; seed++ {
 		synctest.Test(t, func(t *testing.T) {
-			be, err := backend.New(kind, c, s, d)
+			be, err := backend.New(kind, c, s, d, seed)
 			require.NoError(t, err)
 			var opts []limiter.Option
 			if fixed {

@@ -40,7 +40,7 @@ func TestNoisyLongRun(t *testing.T) {
 		for seed := uint64(1); seed <= 8; seed++ {
 			t.Run(fmt.Sprintf("%s/seed%d", tc.kind, seed), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					lim, be := newLimitedBackend(t, tc.kind, c, s, backend.Exponential)
+					lim, be := newLimitedBackend(t, tc.kind, c, s, backend.Exponential, seed)
 					rep := runLoad(t, lim, be, s, 2*float64(c)/s.Seconds(), run, seed)
 					goodput := rep.Phase(0, skip).Goodput / (float64(c) / s.Seconds())
 					p99 := float64(loadgen.Summarize(rep.Calls, 10*s, skip, run).P99) / float64(s)

@@ -63,7 +63,7 @@ func TestDefaultsProtect(t *testing.T) {
 }
 
 func runOverload(t *testing.T, tc overloadCase) {
-	be, err := backend.New(tc.kind, tc.capacity, tc.service, tc.dist)
+	be, err := backend.New(tc.kind, tc.capacity, tc.service, tc.dist, 1)
 	require.NoError(t, err)
 	lim, err := limiter.New()
 	require.NoError(t, err)

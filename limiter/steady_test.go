@@ -30,7 +30,7 @@ func TestSteadyStateKeepsWorkersBusy(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprintf("ps/5x/seed%d", seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				lim, be := newLimitedBackend(t, "ps", c, s, backend.Constant)
+				lim, be := newLimitedBackend(t, "ps", c, s, backend.Constant, seed)
 
 				// Count the milliseconds from 4 s on (after the cold
 				// start and the probes that bring b down from what the

@@ -102,7 +102,7 @@ const sampleEvery = 100 * time.Millisecond
 // backend, protected by sluice's defaults or not. mp, if set, receives
 // sluice's metrics.
 func runProfile(ctx context.Context, name string, protected bool, o options, phases []phaseSpec, mp metric.MeterProvider, out io.Writer) (*runResult, error) {
-	be, err := backend.New(o.Backend, o.C, o.S, backend.Constant)
+	be, err := backend.New(o.Backend, o.C, o.S, backend.Constant, 1)
 	if err != nil {
 		return nil, err
 	}

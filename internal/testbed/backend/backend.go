@@ -99,8 +99,8 @@ type sampler struct {
 	rng  *rand.Rand
 }
 
-func newSampler(mean time.Duration, d Dist) *sampler {
-	return &sampler{mean: mean, dist: d, rng: rand.New(rand.NewPCG(uint64(mean), 7))}
+func newSampler(mean time.Duration, d Dist, seed uint64) *sampler {
+	return &sampler{mean: mean, dist: d, rng: rand.New(rand.NewPCG(seed, uint64(mean)))}
 }
 
 func (s *sampler) next() time.Duration {
@@ -175,7 +175,7 @@ func NewFIFO(c int, s time.Duration) (*FIFO, error) {
 	if err := checkConfig(c, s); err != nil {
 		return nil, err
 	}
-	return &FIFO{service: s, capacity: c, draw: newSampler(s, Constant)}, nil
+	return &FIFO{service: s, capacity: c, draw: newSampler(s, Constant, 0)}, nil
 }
 
 // Do implements Backend.
@@ -317,7 +317,7 @@ func NewProcessorSharing(c int, s time.Duration) (*ProcessorSharing, error) {
 	if err := checkConfig(c, s); err != nil {
 		return nil, err
 	}
-	return &ProcessorSharing{service: s, capacity: c, jobs: make(map[*psJob]struct{}), draw: newSampler(s, Constant)}, nil
+	return &ProcessorSharing{service: s, capacity: c, jobs: make(map[*psJob]struct{}), draw: newSampler(s, Constant, 0)}, nil
 }
 
 // Do implements Backend.
@@ -450,8 +450,10 @@ func (b *ProcessorSharing) Capacity() int {
 var ErrUnknownKind = errors.New(`backend: kind must be "fifo" or "ps"`)
 
 // New returns a backend of the named kind, "fifo" or "ps", with capacity
-// c and service times of mean s drawn from d.
-func New(kind string, c int, s time.Duration, d Dist) (Backend, error) {
+// c and service times of mean s drawn from d. The draws follow seed: runs
+// that differ in seed differ in their service times, not only in their
+// arrivals.
+func New(kind string, c int, s time.Duration, d Dist, seed uint64) (Backend, error) {
 	if d > maxDist {
 		return nil, fmt.Errorf("backend: unknown distribution %d", d)
 	}
@@ -459,13 +461,13 @@ func New(kind string, c int, s time.Duration, d Dist) (Backend, error) {
 	case "fifo":
 		b, err := NewFIFO(c, s)
 		if err == nil {
-			b.draw = newSampler(s, d)
+			b.draw = newSampler(s, d, seed)
 		}
 		return b, err
 	case "ps":
 		b, err := NewProcessorSharing(c, s)
 		if err == nil {
-			b.draw = newSampler(s, d)
+			b.draw = newSampler(s, d, seed)
 		}
 		return b, err
 	}

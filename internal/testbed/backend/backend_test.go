@@ -96,7 +96,7 @@ func TestDoFor(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.kind, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b, err := New(tt.kind, 1, 10*ms, Constant)
+				b, err := New(tt.kind, 1, 10*ms, Constant, 1)
 				require.NoError(t, err)
 				start := time.Now()
 				got := make([]time.Duration, 2)
@@ -120,7 +120,7 @@ func TestDoFor(t *testing.T) {
 func TestDistributions(t *testing.T) {
 	cvs := map[Dist]float64{Constant: 0, Uniform: 0.29, Exponential: 1, Bimodal: 2, Lognormal: 1.8, TwoMethods: 1.5}
 	for _, d := range []Dist{Constant, Uniform, Exponential, Bimodal, Lognormal, TwoMethods} {
-		s := newSampler(10*time.Millisecond, d)
+		s := newSampler(10*time.Millisecond, d, 1)
 		var sum time.Duration
 		var sumSq float64
 		n := 100000
@@ -146,13 +146,13 @@ func TestDistributions(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
-	_, err := New("fifo", 0, time.Millisecond, Constant)
+	_, err := New("fifo", 0, time.Millisecond, Constant, 1)
 	assert.EqualError(t, err, "backend: capacity is 0, must be at least 1")
-	_, err = New("ps", 1, 0, Constant)
+	_, err = New("ps", 1, 0, Constant, 1)
 	assert.EqualError(t, err, "backend: service time is 0s, must be positive")
-	_, err = New("lifo", 1, time.Millisecond, Constant)
+	_, err = New("lifo", 1, time.Millisecond, Constant, 1)
 	assert.ErrorIs(t, err, ErrUnknownKind)
-	b, err := New("fifo", 1, time.Millisecond, Constant)
+	b, err := New("fifo", 1, time.Millisecond, Constant, 1)
 	require.NoError(t, err)
 	assert.Error(t, b.SetCapacity(-1))
 	assert.Equal(t, 1, b.Capacity())
@@ -219,4 +219,35 @@ func TestLateTimersKeepCapacity(t *testing.T) {
 			assert.Equal(t, 20*ms+late, ends[1])
 		})
 	})
+}
+
+// TestSeedDrawsServiceTimes: runs of different seeds differ in their
+// service times, not only in their arrivals; the same seed repeats them.
+func TestSeedDrawsServiceTimes(t *testing.T) {
+	draw := func(seed uint64) []time.Duration {
+		s := newSampler(10*time.Millisecond, Exponential, seed)
+		out := make([]time.Duration, 8)
+		for i := range out {
+			out[i] = s.next()
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		a, b uint64
+		same bool
+	}{
+		{"same seed", 1, 1, true},
+		{"seeds 1 and 2", 1, 2, false},
+		{"seeds 2 and 3", 2, 3, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.same {
+				assert.Equal(t, draw(tt.a), draw(tt.b))
+			} else {
+				assert.NotEqual(t, draw(tt.a), draw(tt.b))
+			}
+		})
+	}
 }

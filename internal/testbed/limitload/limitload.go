@@ -125,7 +125,7 @@ type ShapeResult struct {
 // and service time s, and summarizes it. It must run inside a synctest
 // bubble.
 func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
-	be, err := backend.New(r.Kind, c, s, r.Dist)
+	be, err := backend.New(r.Kind, c, s, r.Dist, r.Seed)
 	if err != nil {
 		return ShapeResult{}, err
 	}
@@ -200,7 +200,7 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 // AcquireFor it. It returns each caller's summary after the first 2 s of
 // the measured phase. It must run inside a synctest bubble.
 func RunTenants(kind string, dist backend.Dist, c int, s time.Duration, loads []float64, fair bool, d time.Duration, seed uint64) ([]loadgen.PhaseSummary, error) {
-	be, err := backend.New(kind, c, s, dist)
+	be, err := backend.New(kind, c, s, dist, seed)
 	if err != nil {
 		return nil, err
 	}

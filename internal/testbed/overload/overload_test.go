@@ -39,7 +39,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestServiceOverBufconn(t *testing.T) {
-	be, err := backend.New("fifo", 1, time.Millisecond, backend.Constant)
+	be, err := backend.New("fifo", 1, time.Millisecond, backend.Constant, 1)
 	require.NoError(t, err)
 	client, stop, err := testpb.ServeBufconn(Service(be), nil, nil)
 	require.NoError(t, err)
