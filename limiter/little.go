@@ -39,6 +39,7 @@ const (
 	probeCollect  = 2                // × the longest RTT seen: how long a probe's calls may take
 	minProbeCalls = 16               // fewest calls a probe times
 	maxProbeCalls = 128              // most calls a probe times, however noisy the RTTs
+	probeTrips    = 8                // most round trips of its depth a probe's calls take
 	spreadWeight  = 0.1              // weight of a round trip in the moving spread of RTTs
 
 	minTripSamples   = 10  // fewest samples a round trip closes on (the classic rule's too)
@@ -55,8 +56,9 @@ const (
 //	full (m ≥ 0.9·limit), late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
 //	reached (most in flight ≥ 0.9·limit), on time: up to (1+t)·c, by max(1, min(n/limit, limit)) at least
 //
-// A probe holds the limit at 0.9·c until the calls it admitted are back; b
-// is their mean. A full limit probes when b is 30 s old or the limit has
+// A probe holds the limit at 0.9·c until the calls it admitted (at most
+// eight round trips' worth) are back; b is their mean, averaged with the
+// last probes' unless b was unconfirmed. A full limit probes when b is 30 s old or the limit has
 // halved since the last probe, and when late with b unconfirmed or on too
 // few calls. A b lower by more than t cuts the limit to (1+t)·depth; if it
 // fell in proportion to the depth, or its drops' time made it late (b then
@@ -284,9 +286,11 @@ func samplesNeeded(cv float64) int {
 	return int(min(max(n, minTripSamples), maxWindowSamples))
 }
 
-// probeCalls is how many calls a probe times.
+// probeCalls is how many calls a probe times: enough for the spread, but
+// no more than probeTrips round trips at its depth, since the probe holds
+// every other call out meanwhile. Fewer calls widen t through nb.
 func (l *little) probeCalls() int {
-	return min(max(l.need, minProbeCalls), maxProbeCalls)
+	return min(max(l.need, minProbeCalls), maxProbeCalls, max(minProbeCalls, probeTrips*l.probeLimit))
 }
 
 func (l *little) startProbeLocked(at time.Time, limit int) {
@@ -407,8 +411,11 @@ func (l *little) endProbeLocked(at time.Time) {
 		// A mean higher than b by more than t met no such queue: b was
 		// low (a start's fast calls, the slow ones still running).
 		again = l.unconfirmed && depth >= l.bDepth && float64(m) <= (1+t)*float64(l.b)
-		l.unconfirmed = again
 		w := min(l.nb, float64(2*l.probeCalls()))
+		if l.unconfirmed {
+			w = 0 // a b that may hold a queue, or only the fast calls, is not averaged in
+		}
+		l.unconfirmed = again
 		l.b = time.Duration((float64(l.b)*w + float64(m)*float64(n)) / (w + float64(n)))
 		l.nb = w + float64(n)
 	case l.probe.perSuccess() > (1+t)*float64(m):

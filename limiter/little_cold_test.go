@@ -110,7 +110,7 @@ func TestColdNoisyStart(t *testing.T) {
 					goodput := rep.Phase(0, time.Second).Goodput / rate
 					p99 := float64(loadgen.Summarize(rep.Calls, 10*s, 3*time.Second, 6*time.Second).P99) / float64(s)
 					t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, limit %d", 100*goodput, p99, lim.Limit())
-					assert.GreaterOrEqual(t, goodput, 0.85, "goodput / ideal")
+					assert.GreaterOrEqual(t, goodput, 0.9, "goodput / ideal")
 					assert.LessOrEqual(t, p99, tc.maxP99, "p99 in service times")
 					assert.LessOrEqual(t, lim.Limit(), tc.maxLimit, "limit at the end")
 					assert.Zero(t, lim.Inflight(), "in flight after the run")
@@ -121,8 +121,8 @@ func TestColdNoisyStart(t *testing.T) {
 }
 
 // TestColdOverload: a fresh limiter under 2× and 5× overload from the
-// first call, on every latency shape and both backends, keeps three
-// quarters of the ideal goodput over its first 3 s (the calls that arrive after
+// first call, on every latency shape and both backends, keeps 85 % of the
+// ideal goodput over its first 3 s (the calls that arrive after
 // 0.5 s, as the overload matrix counts them), the median of three seeds.
 // The start admits every call until the first returns, so with processor
 // sharing its calls meet a queue of unknown depth; probes at halving
@@ -148,7 +148,7 @@ func TestColdOverload(t *testing.T) {
 					}
 					slices.Sort(goods)
 					t.Logf("goodput / ideal %.3f", goods)
-					assert.GreaterOrEqual(t, goods[1], 0.75, "median goodput / ideal")
+					assert.GreaterOrEqual(t, goods[1], 0.85, "median goodput / ideal")
 				})
 			}
 		}
