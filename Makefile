@@ -43,7 +43,7 @@ shapes:
 ## load from the first call, beside a fixed C+8, in virtual time
 ## (bench/starts_test.go, about a minute)
 starts:
-	cd bench && $(GO) test . -count=1 -run '^TestStarts$$' -v -starts | grep '^ *|'
+	cd bench && $(GO) test . -count=1 -run '^TestStarts$$' -v -starts $(STARTS_FLAGS) | grep '^ *|'
 
 ## bench: the micro benchmarks of the root module, then bench/'s peer
 ## comparison: micro benchmarks, gRPC overhead, and the ~3 min overload run

@@ -19,7 +19,10 @@ import (
 	"github.com/sluice-go/sluice/limiter"
 )
 
-var starts = flag.Bool("starts", false, "run TestStarts: fresh default limiters at three sizes, every latency shape and load from the first call, beside a fixed C+8, in virtual time (about a minute)")
+var (
+	starts       = flag.Bool("starts", false, "run TestStarts: fresh default limiters at three sizes, every latency shape and load from the first call, beside a fixed C+8, in virtual time (about a minute)")
+	startsServer = flag.Bool("starts.server", false, "TestStarts reports overruns as a server interceptor does: one within twice the learned RTT is Ignored")
+)
 
 // startSizes are the downstreams TestStarts runs: the overload matrix's
 // C = 16, S = 20 ms between a small fast one and a large slow one, which
@@ -66,6 +69,9 @@ func TestStarts(t *testing.T) {
 	t.Cleanup(func() {
 		var out strings.Builder
 		fmt.Fprintln(&out, "0.5× and 0.8×: rejected in the first 3 s; 1×, 2×, 5×: goodput / ideal, p99 / S over seconds 1–6; median (worst) of 3 seeds")
+		if *startsServer {
+			fmt.Fprintln(&out, "overruns as a server reports them (-starts.server)")
+		}
 		fmt.Fprintln(&out)
 		fmt.Fprintln(&out, "| case | 0.5× | C+8 | 0.8× | C+8 | 1× | C+8 | 2× | C+8 | 5× | C+8 |")
 		fmt.Fprintln(&out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -93,6 +99,11 @@ func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration
 			}
 			lim, err := limiter.New(opts...)
 			require.NoError(t, err)
+			call := func(ctx context.Context) error { return limitload.Call(ctx, lim, be) }
+			if *startsServer {
+				var v limitload.Server
+				call = func(ctx context.Context) error { return v.Call(ctx, lim, be) }
+			}
 			rate := float64(c) / s.Seconds()
 			d := 6 * time.Second
 			if light {
@@ -102,7 +113,7 @@ func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration
 				Phases:   []loadgen.Phase{{Name: "load", Duration: d, Rate: load * rate}},
 				Deadline: 10 * s,
 				Seed:     seed,
-				Call:     func(ctx context.Context) error { return limitload.Call(ctx, lim, be) },
+				Call:     call,
 				Classify: limitload.Classify,
 			})
 			require.NoError(t, err)

@@ -64,3 +64,40 @@ func TestRunShapeRejectsABadAlgorithm(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, ErrRefused))
 }
+
+// TestServerOutcome: an overrun is a drop before any success and when the
+// call was held longer than twice the learned RTT, else Ignored.
+func TestServerOutcome(t *testing.T) {
+	tests := []struct {
+		name    string
+		learned time.Duration
+		err     error
+		held    time.Duration
+		want    limiter.Outcome
+	}{
+		{"success", 10 * time.Millisecond, nil, time.Second, limiter.Success},
+		{"overrun before any success", 0, context.DeadlineExceeded, time.Millisecond, limiter.Dropped},
+		{"short overrun: the caller's deadline", 10 * time.Millisecond, context.DeadlineExceeded, 20 * time.Millisecond, limiter.Ignored},
+		{"long overrun: the server's queue", 10 * time.Millisecond, context.DeadlineExceeded, 21 * time.Millisecond, limiter.Dropped},
+		{"another error is the handler's", 10 * time.Millisecond, errors.New("refused"), time.Second, limiter.Success},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var v Server
+			if tt.learned > 0 {
+				v.observe(tt.learned)
+			}
+			assert.Equal(t, tt.want, v.outcome(tt.err, tt.held))
+		})
+	}
+}
+
+// TestServerLearns: the learned RTT is the first success's, then moves an
+// eighth of the way to each next one.
+func TestServerLearns(t *testing.T) {
+	var v Server
+	v.observe(80 * time.Millisecond)
+	assert.Equal(t, 80*time.Millisecond, time.Duration(v.rtt.Load()))
+	v.observe(160 * time.Millisecond)
+	assert.Equal(t, 90*time.Millisecond, time.Duration(v.rtt.Load()))
+}
