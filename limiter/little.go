@@ -58,14 +58,14 @@ const (
 //
 // A probe holds the limit at 0.9·c until the calls it admitted (at most
 // eight round trips' worth) are back; b is their mean, averaged with the
-// last probes' unless b was unconfirmed. A full limit probes when b is 30 s
-// old or the limit has halved since the last probe, and when late with b
-// unconfirmed or on too few calls. A b lower by more than t cuts the limit
-// to (1+t)·depth; if it fell in proportion to the depth, or its drops' time
-// made it late (b then stays), or it agreed with an unconfirmed b measured
-// no deeper (the start's always) and was not higher by more than t/3, it
-// probes again at half the depth. The start admits every call until the
-// first returns, then grows as a slow start until its probe ends.
+// last probes' unless b was unconfirmed. A full limit probes when b is 30 s old or the limit has
+// halved since the last probe, and when late with b unconfirmed or on too
+// few calls. A b lower by more than t cuts the limit to (1+t)·depth; if it
+// fell in proportion to the depth, or its drops' time made it late (b then
+// stays), or it agreed with an unconfirmed b measured no deeper (the
+// start's always) and was not higher by more than t, it probes again at
+// half the depth. The start admits every call until the first returns,
+// then grows as a slow start until its probe ends.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
@@ -408,10 +408,9 @@ func (l *little) endProbeLocked(at time.Time) {
 		// measured at (the start's, 0, is unknown): a probe as deep meets
 		// the same queue, if there is one, reads about b, and c = m·b/r
 		// makes the first probe as deep. Measure again at half the depth.
-		// A mean higher than b by a standard error (t/lateSigmas) met no
-		// such queue, which would read lower at a shallower depth: b was
+		// A mean higher than b by more than t met no such queue: b was
 		// low (a start's fast calls, the slow ones still running).
-		again = l.unconfirmed && depth >= l.bDepth && float64(m) <= (1+t/lateSigmas)*float64(l.b)
+		again = l.unconfirmed && depth >= l.bDepth && float64(m) <= (1+t)*float64(l.b)
 		w := min(l.nb, float64(2*l.probeCalls()))
 		if l.unconfirmed {
 			w = 0 // a b that may hold a queue, or only the fast calls, is not averaged in

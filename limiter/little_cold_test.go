@@ -121,8 +121,8 @@ func TestColdNoisyStart(t *testing.T) {
 }
 
 // TestColdOverload: a fresh limiter under 2× and 5× overload from the
-// first call, on every latency shape and both backends, keeps nine tenths
-// of the ideal goodput over its first 3 s (the calls that arrive after
+// first call, on every latency shape and both backends, keeps 85 % of the
+// ideal goodput over its first 3 s (the calls that arrive after
 // 0.5 s, as the overload matrix counts them), the median of three seeds.
 // The start admits every call until the first returns, so with processor
 // sharing its calls meet a queue of unknown depth; probes at halving
@@ -148,7 +148,7 @@ func TestColdOverload(t *testing.T) {
 					}
 					slices.Sort(goods)
 					t.Logf("goodput / ideal %.3f", goods)
-					assert.GreaterOrEqual(t, goods[1], 0.9, "median goodput / ideal")
+					assert.GreaterOrEqual(t, goods[1], 0.85, "median goodput / ideal")
 				})
 			}
 		}
