@@ -32,9 +32,9 @@ frontier:
 	cd bench && $(GO) test . -count=1 -run '^TestFrontier$$' -v -frontier
 
 ## shapes: the default limit beside a fixed C+8 on every latency shape
-## (constant, exponential, bimodal cache hits/misses, lognormal), FIFO and
-## processor sharing, 0.5x to 5x and a cold 5x, in virtual time: one
-## markdown table (about 2 minutes on 2 cores).
+## (constant, exponential, bimodal cache hits/misses, lognormal, two
+## methods of S/4 and 4·S), FIFO and processor sharing, 0.5x to 5x and a
+## cold 5x, in virtual time: one markdown table (about 30 s on 2 cores).
 shapes:
 	cd bench && $(GO) test . -count=1 -run '^TestShapes$$' -v -shapes | grep '^ *|'
 

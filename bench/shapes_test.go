@@ -52,7 +52,7 @@ func TestShapes(t *testing.T) {
 	}
 	rows := []row{{"0.5x", 0.5, 0, false}, {"0.8x", 0.8, 0, false}, {"quota", 0.7, 33, false},
 		{"1x", 1, 0, false}, {"2x", 2, 0, false}, {"5x", 5, 0, false}, {"cold 5x", 5, 0, true}}
-	dists := []backend.Dist{backend.Constant, backend.Exponential, backend.Bimodal, backend.Lognormal}
+	dists := []backend.Dist{backend.Constant, backend.Exponential, backend.Bimodal, backend.Lognormal, backend.TwoMethods}
 	var mu sync.Mutex
 	lines := map[string]string{}
 	var order []string
