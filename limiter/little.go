@@ -58,14 +58,14 @@ const (
 //
 // A probe holds the limit at 0.9·c until the calls it admitted (at most
 // eight round trips' worth) are back; b is their mean, averaged with the
-// last probes' unless b was unconfirmed. A full limit probes when b is 30 s old or the limit has
-// halved since the last probe, and when late with b unconfirmed or on too
-// few calls. A b lower by more than t cuts the limit to (1+t)·depth; if it
-// fell in proportion to the depth, or its drops' time made it late (b then
-// stays), or it agreed with an unconfirmed b measured no deeper (the
-// start's always) and was not higher by more than t, it probes again at
-// half the depth. The start admits every call until the first returns,
-// then grows as a slow start until its probe ends.
+// last probes' unless b was unconfirmed. A full limit probes when b is 30 s
+// old or the limit has halved since the last probe, and when late with b
+// unconfirmed or on too few calls. A b lower by more than t cuts the limit
+// to (1+t)·depth; if it fell in proportion to the depth, or its drops' time
+// made it late (b then stays), or it agreed with an unconfirmed b measured
+// no deeper (the start's always) and was not higher by more than t, it
+// probes again at half the depth. The start admits every call until the
+// first returns, then grows as a slow start until its probe ends.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
