@@ -54,7 +54,8 @@ const (
 //	c = m·b/r                         the calls done without a queue (Little); limit/2/(1+t) if none succeeded
 //	late: r > (1+t)·b
 //	full (m ≥ 0.9·limit), late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
-//	reached (most in flight ≥ 0.9·limit), on time: up to (1+t)·c, by max(1, min(n/limit, limit)) at least
+//	full, on time: up to (1+t)·c, by one at least
+//	reached (most in flight ≥ 0.9·limit), on time: the same, by max(1, min(n/limit, limit)) at least
 //
 // A probe holds the limit at 0.9·c until the calls it admitted (at most
 // eight round trips' worth) are back; b is their mean, averaged with the
@@ -225,6 +226,8 @@ func (l *little) closeLocked(at time.Time) {
 		l.limit = min(target, l.limit)
 	case full && late:
 		l.limit += downGain * min(target-l.limit, 0)
+	case full && !late:
+		l.grow(max(1, target-l.limit))
 	case reached && !late:
 		l.grow(max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
 	}

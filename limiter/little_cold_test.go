@@ -96,10 +96,10 @@ func TestColdNoisyStart(t *testing.T) {
 	cases := []struct {
 		kind     string
 		maxP99   float64 // in service times, arrivals from 3 s to 6 s
-		maxLimit int
+		maxLimit int     // at the end, one sample of a noisy limit; the runaways above held 78 and 109
 	}{
-		{"fifo", 6, 2 * c},
-		{"ps", 7.5, 2 * c},
+		{"fifo", 6, 9 * c / 4},
+		{"ps", 7.5, 9 * c / 4},
 	}
 	for _, tc := range cases {
 		for seed := uint64(1); seed <= 8; seed++ {

@@ -31,24 +31,29 @@ func TestLittleRule(t *testing.T) {
 		drops    int
 		want     float64
 		limit    float64 // before the round trip
+		peak     int     // one call's in flight, if not 0
 	}{
 		// Full and late: c = m·b/r = 40·10/20 = 20, half way down to 1.3·c.
-		{"full and late", 20 * ms, 40, 0, 40 + 0.5*(1.3*20-40), 40},
-		// Reached and on time: up to 1.3·c = 1.3·40.
-		{"full and on time", 10 * ms, 40, 0, 52, 40},
-		{"on time near the limit: one at least", 12 * ms, 37, 0, 41, 40},
+		{"full and late", 20 * ms, 40, 0, 40 + 0.5*(1.3*20-40), 40, 0},
+		// Full and on time: up to 1.3·c = 1.3·40.
+		{"full and on time", 10 * ms, 40, 0, 52, 40, 0},
+		{"on time near the limit: one at least", 12 * ms, 37, 0, 41, 40, 0},
 		// The load, not the limit, set the RTT: nothing moves.
-		{"late, not full", 30 * ms, 20, 0, 40, 40},
-		{"on time, light", 10 * ms, 10, 0, 40, 40},
+		{"late, not full", 30 * ms, 20, 0, 40, 40, 0},
+		{"on time, light", 10 * ms, 10, 0, 40, 40, 0},
 		// r is the time in flight per success: 100 ms / 9 calls, and c
 		// falls with the share of calls that succeeded.
-		{"full, one drop", 10 * ms, 40, 1, 1.3 * 40 * 9 / 10, 40},
+		{"full, one drop", 10 * ms, 40, 1, 1.3 * 40 * 9 / 10, 40, 0},
 		// Nothing succeeded: late, and c unknown: the target is half the
 		// limit, and the limit moves half way down to it.
-		{"all dropped", 10 * ms, 40, 10, 30, 40},
-		// At a limit of 4, 10 calls are 2.5 round trips: one per round
-		// trip at least, more than 1.3·c = 5.2.
-		{"on time, small limit", 10 * ms, 4, 0, 4 + 10.0/4, 4},
+		{"all dropped", 10 * ms, 40, 10, 30, 40, 0},
+		// A full limit grows to 1.3·c = 5.2, not past it: a queue of t·c
+		// is what c allows.
+		{"full and on time, small limit", 10 * ms, 4, 0, 5.2, 4, 0},
+		// At a limit of 4, 10 calls are 2.5 round trips: a limit that
+		// bursts reach but the mean does not fill grows by one per round
+		// trip at least, past 1.3·c = 1.3·2.2.
+		{"reached, small limit", 10 * ms, 2, 0, 4 + 10.0/4, 4, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,6 +61,9 @@ func TestLittleRule(t *testing.T) {
 			trip := roundTrip(at, tt.rtt, 10, tt.inflight, Success)
 			for i := range tt.drops {
 				trip[i].Outcome = Dropped
+			}
+			if tt.peak != 0 {
+				trip[len(trip)-1].Inflight = tt.peak
 			}
 			feed(l, trip)
 			assert.InDelta(t, tt.want, l.limit, 1e-6)
