@@ -64,9 +64,11 @@ const (
 // unconfirmed or on too few calls. A b lower by more than t cuts the limit
 // to (1+t)·depth; if it fell in proportion to the depth, or its drops' time
 // made it late (b then stays), or it agreed with an unconfirmed b measured
-// no deeper (the start's always) and was not higher by more than t, it
-// probes again at half the depth. The start admits every call until the
-// first returns, then grows as a slow start until its probe ends.
+// no deeper (the start's always), unless higher by t/3 at a throughput
+// (depth/mean) lower by 2t/3 than the round trip's that started the
+// probe, it probes again at half the depth. The start admits every call
+// until the first returns, then grows as a slow start until its probe
+// ends.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
@@ -87,6 +89,9 @@ type little struct {
 	bAt         time.Time // when b was last measured
 	probes      int
 	probedAt    float64 // the limit when the last probe started
+	// rate is the successes per ns of the full round trip that started
+	// the probe (and the probes again at half after it); 0 if unknown
+	rate float64
 	// spread of RTTs: moving averages of round trips' mean (µs) and
 	// variance (µs²), and the coefficient of variation they give.
 	spreadMean, spreadVar, cv float64
@@ -200,6 +205,7 @@ func (l *little) closeLocked(at time.Time) {
 		// a probe's successes do. While b is unconfirmed (a start's, whose
 		// calls met a queue), mostly such calls are enough: the few that
 		// succeed are the ones admitted before the queue grew.
+		l.rate = 0
 		l.startProbeLocked(at, int(l.limit)/2)
 		return
 	}
@@ -237,6 +243,7 @@ func (l *little) closeLocked(at time.Time) {
 		if ok == 0 {
 			depth = l.limit / 2
 		}
+		l.rate = m / r
 		l.startProbeLocked(at, int(depth))
 	}
 }
@@ -411,9 +418,14 @@ func (l *little) endProbeLocked(at time.Time) {
 		// measured at (the start's, 0, is unknown): a probe as deep meets
 		// the same queue, if there is one, reads about b, and c = m·b/r
 		// makes the first probe as deep. Measure again at half the depth.
-		// A mean higher than b by more than t met no such queue: b was
-		// low (a start's fast calls, the slow ones still running).
-		again = l.unconfirmed && depth >= l.bDepth && float64(m) <= (1+t)*float64(l.b)
+		// A mean higher than b by a standard error met no such queue if
+		// its calls carried less than the round trip's throughput by two
+		// (a queue carries it all): b was low, a start's fast calls. Higher
+		// alone is not enough: a start's queue may still be growing, and a
+		// probe as deep in it reads higher than the start's calls did.
+		higher := float64(m) > (1+t/lateSigmas)*float64(l.b)
+		unsaturated := (1+2*t/lateSigmas)*float64(depth) < l.rate*float64(m)
+		again = l.unconfirmed && depth >= l.bDepth && !(higher && unsaturated)
 		w := min(l.nb, float64(2*l.probeCalls()))
 		if l.unconfirmed {
 			w = 0 // a b that may hold a queue, or only the fast calls, is not averaged in

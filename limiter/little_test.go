@@ -120,6 +120,7 @@ func TestLittleProbeEnds(t *testing.T) {
 		depth     int           // the probe's limit
 		mean      time.Duration // of its 16 calls; 0 if all were dropped
 		overruns  int           // more calls, dropped after 200 ms
+		rate      float64       // successes per ms of the round trip that started it; 0 unknown
 		wantB     time.Duration
 		wantLimit float64
 		wantPhase phase
@@ -129,12 +130,25 @@ func TestLittleProbeEnds(t *testing.T) {
 			depth: 18, mean: 10500 * time.Microsecond, wantB: (10*32 + 10.5*16) * ms / 48, wantLimit: 40, wantPhase: steady},
 		{name: "agrees with the start's b: replaced, not averaged; again at half",
 			start: true, depth: 18, mean: 10500 * time.Microsecond, wantB: 10500 * time.Microsecond, wantLimit: 40, wantPhase: probing, wantDepth: 9},
-		// Higher than b by less than t: a start's b may be low because
-		// its calls met a queue that was still growing.
-		{name: "higher than the start's b by less than t: again at half",
-			start: true, depth: 18, mean: 12 * ms, wantB: 12 * ms, wantLimit: 40, wantPhase: probing, wantDepth: 9},
-		{name: "higher than the start's b by more than t: confirmed",
-			start: true, depth: 18, mean: 14 * ms, wantB: 14 * ms, wantLimit: 40, wantPhase: steady},
+		// t = 0.3. Higher than b by more than a standard error (t/3), at
+		// 1.5 calls per ms where the round trip before carried 4: no
+		// queue carried the probe's calls, and the start's were fast ones.
+		{name: "higher than the start's b, below the throughput: confirmed",
+			start: true, depth: 18, mean: 12 * ms, rate: 4, wantB: 12 * ms, wantLimit: 40, wantPhase: steady},
+		{name: "higher than the start's b by more than t, below the throughput: confirmed",
+			start: true, depth: 18, mean: 14 * ms, rate: 4, wantB: 14 * ms, wantLimit: 40, wantPhase: steady},
+		// At the round trip's throughput the probe may have met a queue
+		// deeper than the start's, which was still growing: a start's b
+		// of 108 ms (S = 20 ms) and a probe at 124 that read 153 ms held
+		// a limit of 249 for good over real gRPC.
+		{name: "higher than the start's b, at the throughput: again at half",
+			start: true, depth: 18, mean: 12 * ms, rate: 1.7, wantB: 12 * ms, wantLimit: 40, wantPhase: probing, wantDepth: 9},
+		{name: "higher than the start's b by more than t, at the throughput: again at half",
+			start: true, depth: 18, mean: 14 * ms, rate: 1.4, wantB: 14 * ms, wantLimit: 40, wantPhase: probing, wantDepth: 9},
+		{name: "higher than the start's b, throughput unknown: again at half",
+			start: true, depth: 18, mean: 14 * ms, wantB: 14 * ms, wantLimit: 40, wantPhase: probing, wantDepth: 9},
+		{name: "agrees with the start's b, below the throughput: again at half",
+			start: true, depth: 18, mean: 10500 * time.Microsecond, rate: 4, wantB: 10500 * time.Microsecond, wantLimit: 40, wantPhase: probing, wantDepth: 9},
 		{name: "fell in proportion to the depth: again at half",
 			depth: 10, mean: 5 * ms, wantB: 5 * ms, wantLimit: 13, wantPhase: probing, wantDepth: 5},
 		{name: "fell, less than the depth: the queue is gone",
@@ -156,6 +170,7 @@ func TestLittleProbeEnds(t *testing.T) {
 				l.bDepth, l.unconfirmed = 0, true
 			}
 			l.phase, l.probeLimit = collecting, tt.depth
+			l.rate = tt.rate / float64(ms)
 			if tt.mean > 0 {
 				for range 16 {
 					l.probe.add(Sample{RTT: tt.mean, Outcome: Success})
