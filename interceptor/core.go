@@ -310,7 +310,7 @@ func (c *core) releaseAs(ctx context.Context, r *route, tok *limiter.Token, o li
 		held = tok.Release(o)
 		// 0 is a call the algorithm did not time (see Token.Release).
 		if o == limiter.Success && held > 0 {
-			r.gate.observe(held)
+			r.gate.rtt.Observe(held)
 		}
 	} else {
 		held = tok.ReleaseUntimed(o)

@@ -122,10 +122,9 @@ func overloadRejection(g *gate, reason string, arrived time.Time) bool {
 
 // serverLate is the rule of Server.finishServer: a call whose deadline
 // passed is the server's doing only when the server held it for more than
-// lateFactor × the RTT its limiter has seen calls take.
+// overrun.Factor × the RTT its limiter has seen calls take.
 func serverLate(g *gate, arrived time.Time) bool {
-	learned := time.Duration(g.rtt.Load())
-	return learned > 0 && time.Since(arrived) > lateFactor*learned
+	return g.rtt.Value() > 0 && !g.rtt.CallersFault(time.Since(arrived))
 }
 
 // gateLoad counts the decisions of one limiter in two windows.

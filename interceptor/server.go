@@ -276,8 +276,8 @@ func (s *Server) admitServer(ctx context.Context, r *route) (limiter.Token, time
 
 // finishServer releases a server call's permit. A call that ended after its
 // deadline is overload only when the server's own time made it late: the
-// time since it arrived (queue and handler) exceeded lateFactor × the RTT
-// the limiter has seen its OK calls take. Otherwise the caller chose a
+// time since it arrived (queue and handler) exceeded overrun.Factor × the
+// RTT the limiter has seen its OK calls take. Otherwise the caller chose a
 // deadline too short for the work, or already expired, and the call is
 // Ignored without consulting the Classifier: a caller must not be able to
 // lower the limit that every caller shares. Before any call has answered
@@ -287,8 +287,7 @@ func (s *Server) admitServer(ctx context.Context, r *route) (limiter.Token, time
 // deadlines are never the server's doing.
 func (s *Server) finishServer(ctx context.Context, r *route, tok *limiter.Token, arrived time.Time, res Result) {
 	if late(ctx) {
-		learned := time.Duration(r.gate.rtt.Load())
-		if res.Stream || learned > 0 && time.Since(arrived) <= lateFactor*learned {
+		if res.Stream || r.gate.rtt.CallersFault(time.Since(arrived)) {
 			s.release(ctx, r, tok, limiter.Ignored, !res.Stream)
 			return
 		}
@@ -296,10 +295,6 @@ func (s *Server) finishServer(ctx context.Context, r *route, tok *limiter.Token,
 	}
 	s.finish(ctx, r, tok, res)
 }
-
-// lateFactor × the moving average of a method's RTT is how long the server
-// must have held a call for its overrun deadline to count as overload.
-const lateFactor = 2
 
 // CheckRegistered reports the methods and services configured with
 // WithMethod or WithExempt that srv does not serve, typically a typo that

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-go/sluice/callerkey"
 	"github.com/sluice-go/sluice/internal/bucket"
 	"github.com/sluice-go/sluice/internal/grpcname"
+	"github.com/sluice-go/sluice/internal/overrun"
 	"github.com/sluice-go/sluice/limiter"
 )
 
@@ -46,25 +47,14 @@ type gate struct {
 	// panicLog is when a panic of user code in the tap was last logged
 	// (UnixNano): see Server.tapPanicked.
 	panicLog atomic.Int64
-	// rtt is a moving average of the RTT of admitted unary calls that
-	// answered OK, in nanoseconds (see core.settle): the basis of the
-	// default pushback and of the server's late rule. Concurrent updates may overwrite each
-	// other; an average that skips a sample is still an average.
-	rtt atomic.Int64
+	// rtt is the moving average of the RTT of admitted unary calls that
+	// answered OK (see core.releaseAs): the basis of the default pushback
+	// and of the server's rule of overruns.
+	rtt overrun.Baseline
 	// admitted and rejected count the calls this limiter decided, as
 	// sluice.requests counts them: admitted when the permit comes back,
 	// rejected when the call is turned away (see LimiterState).
 	admitted, rejected atomic.Uint64
-}
-
-// observe folds a call's rtt into g.rtt with weight 1/8.
-func (g *gate) observe(rtt time.Duration) {
-	old := g.rtt.Load()
-	if old == 0 {
-		g.rtt.Store(int64(rtt))
-		return
-	}
-	g.rtt.Store(old + (int64(rtt)-old)/8)
 }
 
 func (g *gate) state() LimiterState {
@@ -80,7 +70,7 @@ func (g *gate) state() LimiterState {
 		Limit:         g.lim.Limit(),
 		Inflight:      g.lim.Inflight(),
 		Queued:        g.lim.QueueLen(),
-		RTT:           time.Duration(g.rtt.Load()),
+		RTT:           g.rtt.Value(),
 		DryRun:        g.dryRun.Load(),
 		Admitted:      g.admitted.Load(),
 		Rejected:      g.rejected.Load(),

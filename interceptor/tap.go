@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/sluice-go/sluice/internal/overrun"
 	"github.com/sluice-go/sluice/limiter"
 )
 
@@ -65,15 +66,15 @@ const (
 )
 
 // earlyHold is how long a permit the tap took for a call of g waits for
-// the call's interceptor: lateFactor × the RTT g's calls take, within the
+// the call's interceptor: overrun.Factor × the RTT g's calls take, within the
 // bounds above. Longer, headers alone would hold a permit longer than a
 // call of the method does.
 func earlyHold(g *gate) time.Duration {
-	rtt := time.Duration(g.rtt.Load())
+	rtt := g.rtt.Value()
 	if rtt <= 0 {
 		return earlyHoldUnknown
 	}
-	return min(max(lateFactor*rtt, minEarlyHold), maxEarlyHold)
+	return min(max(overrun.Factor*rtt, minEarlyHold), maxEarlyHold)
 }
 
 // earlyKey is the context key of the permit a tap took.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/overrun"
 	"github.com/sluice-go/sluice/internal/testbed/backend"
 	"github.com/sluice-go/sluice/internal/testbed/loadgen"
 	"github.com/sluice-go/sluice/limiter"
@@ -43,15 +44,12 @@ func CallFor(ctx context.Context, lim *limiter.Limiter, be backend.Backend, call
 	return err
 }
 
-// A Server reports calls as a server interceptor does: an overrun counts
-// as a drop only if the call held its permit longer than twice the moving
-// average (weight 1/8) of the RTTs of the calls that succeeded, and as
-// Ignored otherwise (the caller's deadline, not the server's queue);
-// before any success every overrun counts. The interceptor's rule
-// (interceptor.Server), for loads in virtual time. Its zero value is
-// ready; it must not be copied.
+// A Server reports calls as a server interceptor does: an overrun is
+// Ignored when overrun.Baseline says it was the caller's doing, a drop
+// otherwise. The interceptor's rule, for loads in virtual time. Its zero
+// value is ready; it must not be copied.
 type Server struct {
-	rtt atomic.Int64
+	rtt overrun.Baseline
 }
 
 // Call is Call with the server's rule of overruns.
@@ -63,7 +61,7 @@ func (v *Server) Call(ctx context.Context, lim *limiter.Limiter, be backend.Back
 	err = be.Do(ctx)
 	o := v.outcome(err, time.Since(tok.Granted()))
 	if rtt := tok.Release(o); o == limiter.Success && rtt > 0 {
-		v.observe(rtt)
+		v.rtt.Observe(rtt)
 	}
 	return err
 }
@@ -71,23 +69,13 @@ func (v *Server) Call(ctx context.Context, lim *limiter.Limiter, be backend.Back
 // outcome classifies a call that held its permit for held and ended with
 // err.
 func (v *Server) outcome(err error, held time.Duration) limiter.Outcome {
-	if !errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case !errors.Is(err, context.DeadlineExceeded):
 		return limiter.Success
-	}
-	if learned := time.Duration(v.rtt.Load()); learned > 0 && held <= 2*learned {
+	case v.rtt.CallersFault(held):
 		return limiter.Ignored
 	}
 	return limiter.Dropped
-}
-
-// observe folds a success's RTT into the moving average.
-func (v *Server) observe(rtt time.Duration) {
-	old := v.rtt.Load()
-	if old == 0 {
-		v.rtt.Store(int64(rtt))
-		return
-	}
-	v.rtt.Store(old + (int64(rtt)-old)/8)
 }
 
 // Classify sorts Call's errors for loadgen; other errors (a handler's own

@@ -85,19 +85,9 @@ func TestServerOutcome(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var v Server
 			if tt.learned > 0 {
-				v.observe(tt.learned)
+				v.rtt.Observe(tt.learned)
 			}
 			assert.Equal(t, tt.want, v.outcome(tt.err, tt.held))
 		})
 	}
-}
-
-// TestServerLearns: the learned RTT is the first success's, then moves an
-// eighth of the way to each next one.
-func TestServerLearns(t *testing.T) {
-	var v Server
-	v.observe(80 * time.Millisecond)
-	assert.Equal(t, 80*time.Millisecond, time.Duration(v.rtt.Load()))
-	v.observe(160 * time.Millisecond)
-	assert.Equal(t, 90*time.Millisecond, time.Duration(v.rtt.Load()))
 }
