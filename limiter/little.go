@@ -65,10 +65,10 @@ const (
 // to (1+t)·depth; if it fell in proportion to the depth, or its drops' time
 // made it late (b then stays), or it agreed with an unconfirmed b measured
 // no deeper (the start's always), unless higher by t/3 at a throughput
-// (depth/mean) lower by 2t/3 than the round trip's that started the
-// probe, it probes again at half the depth. The start admits every call
-// until the first returns, then grows as a slow start until its probe
-// ends.
+// (depth/mean) lower, by two standard errors of the two, than the round
+// trip's that started the probe, it probes again at half the depth. The
+// start admits every call until the first returns, then grows as a slow
+// start until its probe ends.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
@@ -90,8 +90,10 @@ type little struct {
 	probes      int
 	probedAt    float64 // the limit when the last probe started
 	// rate is the successes per ns of the full round trip that started
-	// the probe (and the probes again at half after it); 0 if unknown
-	rate float64
+	// the probe (and the probes again at half after it), measured on
+	// rateN calls; 0 if unknown
+	rate  float64
+	rateN int
 	// spread of RTTs: moving averages of round trips' mean (µs) and
 	// variance (µs²), and the coefficient of variation they give.
 	spreadMean, spreadVar, cv float64
@@ -243,7 +245,7 @@ func (l *little) closeLocked(at time.Time) {
 		if ok == 0 {
 			depth = l.limit / 2
 		}
-		l.rate = m / r
+		l.rate, l.rateN = m/r, rt.n
 		l.startProbeLocked(at, int(depth))
 	}
 }
@@ -260,8 +262,14 @@ func (l *little) reprobeLocked(at time.Time, late bool) bool {
 // toleranceLocked is t for a round trip of n calls: lateSigmas standard
 // errors of the difference between its mean and b, which rests on nb calls.
 func (l *little) toleranceLocked(n int) float64 {
+	return l.tolerance(float64(n), l.nb)
+}
+
+// tolerance is lateSigmas standard errors of the difference between two
+// means of RTTs, over n1 and n2 calls.
+func (l *little) tolerance(n1, n2 float64) float64 {
 	cv := max(l.cv, 0)
-	return max(minTolerance, lateSigmas*cv*math.Sqrt(1/float64(n)+1/max(l.nb, 1)))
+	return max(minTolerance, lateSigmas*cv*math.Sqrt(1/max(n1, 1)+1/max(n2, 1)))
 }
 
 // observeSpreadLocked folds a round trip's RTT variance into the moving
@@ -423,8 +431,11 @@ func (l *little) endProbeLocked(at time.Time) {
 		// (a queue carries it all): b was low, a start's fast calls. Higher
 		// alone is not enough: a start's queue may still be growing, and a
 		// probe as deep in it reads higher than the start's calls did.
+		// The throughputs compared rest on the probe's calls and the
+		// round trip's, not on b's: their own tolerance.
 		higher := float64(m) > (1+t/lateSigmas)*float64(l.b)
-		unsaturated := (1+2*t/lateSigmas)*float64(depth) < l.rate*float64(m)
+		tr := l.tolerance(float64(n), float64(l.rateN))
+		unsaturated := (1+2*tr/lateSigmas)*float64(depth) < l.rate*float64(m)
 		again = l.unconfirmed && depth >= l.bDepth && !(higher && unsaturated)
 		w := min(l.nb, float64(2*l.probeCalls()))
 		if l.unconfirmed {

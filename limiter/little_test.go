@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -121,6 +122,8 @@ func TestLittleProbeEnds(t *testing.T) {
 		mean      time.Duration // of its 16 calls; 0 if all were dropped
 		overruns  int           // more calls, dropped after 200 ms
 		rate      float64       // successes per ms of the round trip that started it; 0 unknown
+		cv        float64       // the spread before the probe, if not the quiet default
+		nb        float64       // calls behind b, if not 100
 		wantB     time.Duration
 		wantLimit float64
 		wantPhase phase
@@ -147,6 +150,14 @@ func TestLittleProbeEnds(t *testing.T) {
 			start: true, depth: 18, mean: 14 * ms, rate: 1.4, wantB: 14 * ms, wantLimit: 40, wantPhase: probing, wantDepth: 9},
 		{name: "higher than the start's b, throughput unknown: again at half",
 			start: true, depth: 18, mean: 14 * ms, wantB: 14 * ms, wantLimit: 40, wantPhase: probing, wantDepth: 9},
+		// Noisy RTTs (cv 1.34 once the probe is counted) and a start's b
+		// on 16 calls: t = 1.42, but the throughputs compared rest on the
+		// probe's 16 calls and the round trip's 256, whose tolerance is
+		// 1.04. 2 calls per ms carried 32 at the probe's mean; its 18 are
+		// below that by two standard errors of the two (30.5), not by
+		// two of b's (35.1).
+		{name: "noisy, higher than the start's b, below the throughput: confirmed",
+			start: true, depth: 18, mean: 16 * ms, rate: 2, cv: 1.5, nb: 16, wantB: 16 * ms, wantLimit: 40, wantPhase: steady},
 		{name: "agrees with the start's b, below the throughput: again at half",
 			start: true, depth: 18, mean: 10500 * time.Microsecond, rate: 4, wantB: 10500 * time.Microsecond, wantLimit: 40, wantPhase: probing, wantDepth: 9},
 		{name: "fell in proportion to the depth: again at half",
@@ -170,7 +181,13 @@ func TestLittleProbeEnds(t *testing.T) {
 				l.bDepth, l.unconfirmed = 0, true
 			}
 			l.phase, l.probeLimit = collecting, tt.depth
-			l.rate = tt.rate / float64(ms)
+			l.rate, l.rateN = tt.rate/float64(ms), 256
+			if tt.cv != 0 {
+				l.cv, l.spreadVar = tt.cv, math.Pow(tt.cv*l.spreadMean, 2)
+			}
+			if tt.nb != 0 {
+				l.nb = tt.nb
+			}
 			if tt.mean > 0 {
 				for range 16 {
 					l.probe.add(Sample{RTT: tt.mean, Outcome: Success})
