@@ -57,18 +57,21 @@ const (
 //	full, on time: up to (1+t)·c, by one at least
 //	reached (most in flight ≥ 0.9·limit), on time: the same, by max(1, min(n/limit, limit)) at least
 //
-// A probe holds the limit at 0.9·c until the calls it admitted (at most
-// eight round trips' worth) are back; b is their mean, averaged with the
-// last probes' unless b was unconfirmed. A full limit probes when b is 30 s
-// old or the limit has halved since the last probe, and when late with b
-// unconfirmed or on too few calls. A b lower by more than t cuts the limit
-// to (1+t)·depth; if it fell in proportion to the depth, or its drops' time
-// made it late (b then stays), or it agreed with an unconfirmed b measured
-// no deeper (the start's always), unless higher by t/3 at a throughput
-// (depth/mean) lower, by two standard errors of the two, than the round
-// trip's that started the probe, it probes again at half the depth. The
-// start admits every call until the first returns, then grows as a slow
-// start until its probe ends.
+// A probe holds the limit at d = 0.9·c until the calls it admitted (at
+// most eight round trips' worth) are back; p is their mean RTT. A full limit
+// probes when b is 30 s old or the limit has halved since the last probe,
+// and when late with b unconfirmed or on too few calls. At its end ("again":
+// a probe at d/2 follows):
+//
+//	p ≥ b/(1+t)              b averages p in (takes it if unconfirmed); stays unconfirmed, and again, if it was,
+//	                         d ≥ b's depth, and not p > (1+t/3)·b at d/p two standard errors below the trip's m/r
+//	p < b/(1+t), drops late  b stays, the limit at most (1+t)·d; again
+//	p < b/(1+t)              b = p, the limit at most (1+t)·d; unconfirmed, and again, if p/b ≤ (1+t)·d/(b's depth)
+//	nothing succeeded        again
+//
+// The start admits every call until the first returns, then grows as a
+// slow start until its probe ends; its probe's mean is an unconfirmed b of
+// unknown depth.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
