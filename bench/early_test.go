@@ -492,7 +492,7 @@ func runEarly(ctx context.Context, es earlyServer, load float64, dur, skip time.
 // earlyScenario is the matrix scenario of the benchmark: FIFO, C = 16,
 // S = 20 ms, at load × C/S.
 func earlyScenario(load float64) scenario {
-	return scenario{name: fmt.Sprintf("fifo %g× S=20ms, 64 KiB requests", load), kind: "fifo", service: matrixS,
+	return scenario{name: fmt.Sprintf("fifo %g× %s, 64 KiB requests", load, sName(matrixS)), kind: "fifo", service: matrixS,
 		stages: []matrixStage{{load, matrixC}}}
 }
 

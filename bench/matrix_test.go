@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,8 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -55,22 +58,49 @@ var (
 	matrixReps     = flag.Int("matrix.reps", 3, "repetitions of every run of the overload matrix; the report gives medians")
 	matrixScale    = flag.Float64("matrix.scale", 1, "multiply every phase of the overload matrix (6 s at 1) by this")
 	matrixOnly     = flag.String("matrix.run", "", "regular expression: run only the scenarios of the overload matrix whose name matches")
-	matrixFrontier = flag.Bool("matrix.frontier", false, "add the unprotected and static rows to every server-side scenario, not only to the FIFO load scenarios at S = 20 ms")
+	matrixFrontier = flag.Bool("matrix.frontier", false, "add the unprotected and static rows to every server-side scenario, not only to the FIFO load scenarios at S (20 ms unless -matrix.size)")
 	matrixCommit   = flag.String("matrix.commit", "", "the commit the overload matrix runs on, for its report")
+	matrixSize     = flag.String("matrix.size", "", "C,S: the backends' workers and service time, e.g. 64,100ms (default 16,20ms); the slow scenarios take 5·S")
 )
 
 const matrixEnv = "SLUICE_BENCH_MATRIX"
 
-// The matrix's constants. Phases are matrixPhase × -matrix.scale long; the
-// first matrixSkip of each (scaled alike) is left out of its summary.
-const (
+// The matrix's size: C workers serving calls of S (mean S for the other
+// shapes), set by -matrix.size before the scenarios are built; the slow
+// scenarios take matrixSlowS = 5·S.
+var (
 	matrixC     = 16
 	matrixS     = 20 * time.Millisecond
-	matrixSlowS = 100 * time.Millisecond
+	matrixSlowS = 5 * matrixS
+)
+
+// setMatrixSize applies a -matrix.size of "C,S".
+func setMatrixSize(size string) error {
+	if size == "" {
+		return nil
+	}
+	cs, ss, ok := strings.Cut(size, ",")
+	c, errC := strconv.Atoi(strings.TrimSpace(cs))
+	s, errS := time.ParseDuration(strings.TrimSpace(ss))
+	if !ok || errC != nil || errS != nil || c < 2 || s <= 0 {
+		return fmt.Errorf("-matrix.size %q: want C,S with C ≥ 2 workers and S > 0, e.g. 64,100ms", size)
+	}
+	matrixC, matrixS, matrixSlowS = c, s, 5*s
+	return nil
+}
+
+// matrixStatic is the static row's limit: told C, it admits C + 8.
+func matrixStatic() int { return matrixC + 8 }
+
+// sName names a service time in a scenario's name, as S=20ms.
+func sName(s time.Duration) string { return "S=" + s.String() }
+
+// The matrix's other constants. Phases are matrixPhase × -matrix.scale
+// long; the first matrixSkip of each (scaled alike) is left out of its
+// summary.
+const (
 	matrixPhase = 6 * time.Second
 	matrixSkip  = time.Second
-	// matrixStatic is the static row's limit: told C, it admits C + 8.
-	matrixStatic = matrixC + 8
 	// matrixQuota is the share of calls the quota scenario's handler
 	// refuses at once with RESOURCE_EXHAUSTED.
 	matrixQuota = 0.03
@@ -123,9 +153,11 @@ type scenario struct {
 const (
 	methodsService = "bench.v1.Shop"
 	methodsSlowFor = 0.2 // share of calls to the slow method
-	methodsFast    = matrixS / 4
-	methodsSlow    = 4 * matrixS
 )
+
+// methodsFast and methodsSlow are the two methods' service times.
+func methodsFast() time.Duration { return matrixS / 4 }
+func methodsSlow() time.Duration { return 4 * matrixS }
 
 // scenarios lists the matrix in the order of its report.
 func scenarios() []scenario {
@@ -134,13 +166,13 @@ func scenarios() []scenario {
 	for _, kind := range []string{"fifo", "ps"} {
 		for _, load := range []float64{0.8, 1, 2, 5} {
 			out = append(out, scenario{
-				name: fmt.Sprintf("%s %g× S=20ms", kind, load), kind: kind, service: matrixS,
+				name: fmt.Sprintf("%s %g× %s", kind, load, sName(matrixS)), kind: kind, service: matrixS,
 				stages: one(load), frontier: kind == "fifo",
 			})
 		}
 		for _, load := range []float64{1, 2} {
 			out = append(out, scenario{
-				name: fmt.Sprintf("%s %g× S=100ms", kind, load), kind: kind, service: matrixSlowS, stages: one(load),
+				name: fmt.Sprintf("%s %g× %s", kind, load, sName(matrixSlowS)), kind: kind, service: matrixSlowS, stages: one(load),
 			})
 		}
 	}
@@ -152,7 +184,7 @@ func scenarios() []scenario {
 	}
 	for _, d := range []backend.Dist{backend.Constant, backend.Exponential} {
 		out = append(out, scenario{
-			name: fmt.Sprintf("quota 3%% fifo 0.7× %s S=20ms", d), kind: "fifo", service: matrixS, dist: d,
+			name: fmt.Sprintf("quota 3%% fifo 0.7× %s %s", d, sName(matrixS)), kind: "fifo", service: matrixS, dist: d,
 			stages: one(0.7), quota: matrixQuota,
 		})
 	}
@@ -161,12 +193,12 @@ func scenarios() []scenario {
 	// start there once kept the limit near 3 C.
 	for _, kind := range []string{"fifo", "ps"} {
 		out = append(out, scenario{
-			name: "noisy " + kind + " 2× exponential S=20ms", kind: kind, service: matrixS, dist: backend.Exponential, stages: one(2),
+			name: "noisy " + kind + " 2× exponential " + sName(matrixS), kind: kind, service: matrixS, dist: backend.Exponential, stages: one(2),
 		})
 	}
 	for _, load := range []float64{2, 5} {
 		out = append(out, scenario{
-			name: fmt.Sprintf("client side %g× fifo S=20ms", load), kind: "fifo", service: matrixS,
+			name: fmt.Sprintf("client side %g× fifo %s", load, sName(matrixS)), kind: "fifo", service: matrixS,
 			stages: one(load), client: true, frontier: true,
 		})
 	}
@@ -193,7 +225,7 @@ func shapeScenarios() []scenario {
 		for _, kind := range []string{"fifo", "ps"} {
 			for _, load := range loads {
 				out = append(out, scenario{
-					name: fmt.Sprintf("shape %s %s %g× S=20ms", d, kind, load), kind: kind, service: matrixS, dist: d,
+					name: fmt.Sprintf("shape %s %s %g× %s", d, kind, load, sName(matrixS)), kind: kind, service: matrixS, dist: d,
 					stages: one(load), static: true, shape: true,
 				})
 			}
@@ -201,7 +233,7 @@ func shapeScenarios() []scenario {
 	}
 	for _, d := range []backend.Dist{backend.Bimodal, backend.Lognormal} {
 		out = append(out, scenario{
-			name: fmt.Sprintf("shape %s quota 3%% fifo 0.7× S=20ms", d), kind: "fifo", service: matrixS, dist: d,
+			name: fmt.Sprintf("shape %s quota 3%% fifo 0.7× %s", d, sName(matrixS)), kind: "fifo", service: matrixS, dist: d,
 			stages: one(0.7), quota: matrixQuota, static: true, shape: true,
 		})
 	}
@@ -218,7 +250,7 @@ func shapeScenarios() []scenario {
 
 // rate is the arrival rate of stage st.
 func (sc scenario) rate(st matrixStage) float64 {
-	return st.load * matrixC / sc.service.Seconds()
+	return st.load * float64(matrixC) / sc.service.Seconds()
 }
 
 // capacityRate is the rate stage st's backend can serve.
@@ -265,10 +297,10 @@ var unprotected = matrixProtection{"unprotected", true, false, func(scenario) ([
 func serverProtections() []matrixProtection {
 	return []matrixProtection{
 		unprotected,
-		{fmt.Sprintf("static C+8 (%d)", matrixStatic), true, true, func(scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
-			g := NewChan(matrixStatic)
+		{staticRow(), true, true, func(scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
+			g := NewChan(matrixStatic())
 			return []grpc.ServerOption{grpc.ChainUnaryInterceptor(guardInterceptor(g))}, nil,
-				func() int { return matrixStatic }, func() {}, nil
+				func() int { return matrixStatic() }, func() {}, nil
 		}},
 		{"sluice defaults", false, false, func(sc scenario) ([]grpc.ServerOption, []grpc.DialOption, func() int, func(), error) {
 			var opts []interceptor.ServerOption // nothing tuned
@@ -347,7 +379,7 @@ func registerMethods(srv *grpc.Server, be backend.Backend) {
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: methodsService,
 		HandlerType: (*any)(nil),
-		Methods:     []grpc.MethodDesc{method("Fast", methodsFast), method("Slow", methodsSlow)},
+		Methods:     []grpc.MethodDesc{method("Fast", methodsFast()), method("Slow", methodsSlow())},
 	}, struct{}{})
 }
 
@@ -826,6 +858,9 @@ func TestOverloadMatrix(t *testing.T) {
 	if *matrixReps < 1 || *matrixScale <= 0 {
 		t.Fatalf("-matrix.reps is %d and -matrix.scale %g: need at least 1 repetition and a positive scale", *matrixReps, *matrixScale)
 	}
+	if err := setMatrixSize(*matrixSize); err != nil {
+		t.Fatal(err)
+	}
 	scs, err := selectScenarios(scenarios(), *matrixOnly)
 	if err != nil {
 		t.Fatal(err)
@@ -893,6 +928,36 @@ func TestOverloadMatrixSmoke(t *testing.T) {
 }
 
 // TestShapeSelection: the shape group stays out of the default run, and
+// TestSetMatrixSize: -matrix.size sets the backends' C and S, which the
+// scenarios' names, rates and static limit follow; the default names are
+// those the Makefile and bench/RESULTS.md use.
+func TestSetMatrixSize(t *testing.T) {
+	c0, s0, slow0 := matrixC, matrixS, matrixSlowS
+	t.Cleanup(func() { matrixC, matrixS, matrixSlowS = c0, s0, slow0 })
+	names := func() []string {
+		var out []string
+		for _, sc := range scenarios() {
+			out = append(out, sc.name)
+		}
+		return out
+	}
+	require.NoError(t, setMatrixSize(""))
+	assert.Contains(t, names(), "ps 5× S=20ms")
+	assert.Contains(t, names(), "fifo 2× S=100ms")
+	assert.Equal(t, "static C+8 (24)", staticRow())
+
+	require.NoError(t, setMatrixSize("64, 100ms"))
+	assert.Contains(t, names(), "ps 5× S=100ms")
+	assert.Contains(t, names(), "fifo 2× S=500ms")
+	assert.Equal(t, "static C+8 (72)", staticRow())
+	assert.InDelta(t, 3200, scenario{service: matrixS}.rate(matrixStage{load: 5}), 1e-9)
+	assert.Equal(t, 25*time.Millisecond, methodsFast())
+
+	for _, bad := range []string{"64", "x,20ms", "1,20ms", "16,0s", "16,-1ms", "16,fast"} {
+		assert.ErrorContains(t, setMatrixSize(bad), "want C,S", bad)
+	}
+}
+
 // -matrix.run picks it whole or by shape.
 func TestShapeSelection(t *testing.T) {
 	all := scenarios()
@@ -930,7 +995,7 @@ func TestShapeSelection(t *testing.T) {
 	count("lognormal", func(sc scenario) bool { return sc.dist == backend.Lognormal })
 	count("methods", func(sc scenario) bool { return sc.methods })
 	for _, sc := range all {
-		if sc.shape && !slices.ContainsFunc(protectionsFor(sc, false), func(p matrixProtection) bool { return p.name == staticRow }) {
+		if sc.shape && !slices.ContainsFunc(protectionsFor(sc, false), func(p matrixProtection) bool { return p.name == staticRow() }) {
 			t.Errorf("%s has no static row", sc.name)
 		}
 	}
@@ -966,7 +1031,7 @@ func TestShapeVerdict(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := shapeVerdict(tt.sc, map[string]matrixMetrics{sluiceRow: tt.sluice, failsafeRow: {}, staticRow: static})
+			got := shapeVerdict(tt.sc, map[string]matrixMetrics{sluiceRow: tt.sluice, failsafeRow: {}, staticRow(): static})
 			if got != tt.want {
 				t.Errorf("shapeVerdict = %q, want %q", got, tt.want)
 			}
@@ -1003,7 +1068,7 @@ func writeMatrixReport(w io.Writer, rows []matrixRow, s matrixSettings) {
 		"*static C+8* is a semaphore admitting %d calls, no queue (the frontier a limit that knows C reaches); "+
 		"*unprotected* has no limit. The client-side scenarios put `interceptor.NewClient()`'s DialOptions, or failsafegrpc's "+
 		"unary client interceptor around `adaptivelimiter.NewWithDefaults()`, in front of an unprotected server. The unprotected and static rows run only "+
-		"in the FIFO load scenarios at S = 20 ms (unprotected also in the client-side ones, static also in the shape ones) unless -matrix.frontier is set.\n\n", matrixStatic)
+		"in the FIFO load scenarios at S = %v (unprotected also in the client-side ones, static also in the shape ones) unless -matrix.frontier is set.\n\n", matrixStatic(), matrixS)
 	fmt.Fprintf(w, "Goodput is the calls that succeeded within their deadline; ideal is min(offered, C/S) (per stage in the step "+
 		"scenarios, counted over the calls that arrived in the summarized stretch, so that it can pass 100 %% by a little when "+
 		"calls arrive unevenly). p50 and p99 are of those successes. "+
@@ -1056,7 +1121,8 @@ const (
 	failsafeRow = "failsafe defaults"
 )
 
-var staticRow = fmt.Sprintf("static C+8 (%d)", matrixStatic)
+// staticRow is the static row's name.
+func staticRow() string { return fmt.Sprintf("static C+8 (%d)", matrixStatic()) }
 
 // writeShapeSummary writes, when rows has shape scenarios, one line per
 // such scenario with sluice, failsafe-go and the static limit side by side
@@ -1086,19 +1152,19 @@ func writeShapeSummary(w io.Writer, rows []matrixRow) {
 	fmt.Fprintf(w, "### Latency shapes\n\n")
 	fmt.Fprintf(w, "The shape scenarios above side by side, each cell sluice · failsafe-go · static C+8 (medians). "+
 		"Service times: constant, exponential (cv 1), bimodal (S/3 for 90 %% of calls, 7·S for 10 %%, cv 2), lognormal "+
-		"(σ 1.2, cv 1.8; 0.6 %% of calls need more than the 10·S deadline even alone), all of mean S = 20 ms; "+
+		"(σ 1.2, cv 1.8; 0.6 %% of calls need more than the 10·S deadline even alone), all of mean S = %v; "+
 		"*methods* is 80 %% of calls to a method taking S/4 and 20 %% to one taking 4·S (mean S, cv 1.5) on one pool "+
 		"of C workers, behind one limiter for the service (`WithMethod(\"/%s/\", Limit{})` for sluice). "+
 		"*Rejected* leaves out the handler's own refusals in the quota rows. The last column judges sluice against "+
 		"issue 29's targets: ≤ 0.1 %% rejected below 1×, ≤ 0.5 %% beyond the handler's own with the quota, goodput "+
-		"≥ static − 0.02 at 1×, goodput ≥ static − 0.01 and p99 ≤ 1.1 × static's at 2× and 5×.\n\n", methodsService)
+		"≥ static − 0.02 at 1×, goodput ≥ static − 0.01 and p99 ≤ 1.1 × static's at 2× and 5×.\n\n", matrixS, methodsService)
 	fmt.Fprintln(w, "| scenario | goodput / ideal | p99 / S | rejected | sluice vs target |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---|")
 	for _, name := range order {
 		t := byName[name]
 		cell := func(f func(matrixMetrics) string) string {
 			var out []string
-			for _, p := range []string{sluiceRow, failsafeRow, staticRow} {
+			for _, p := range []string{sluiceRow, failsafeRow, staticRow()} {
 				m, ok := t.by[p]
 				if !ok {
 					out = append(out, "-")
@@ -1123,7 +1189,7 @@ func writeShapeSummary(w io.Writer, rows []matrixRow) {
 // "missed: " and what fell short.
 func shapeVerdict(sc scenario, by map[string]matrixMetrics) string {
 	sl, ok := by[sluiceRow]
-	st, okStatic := by[staticRow]
+	st, okStatic := by[staticRow()]
 	if !ok || !okStatic {
 		return "-"
 	}

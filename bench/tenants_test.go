@@ -148,7 +148,7 @@ func tenantProtections(ts tenantScenario) []matrixProtection {
 	var out []matrixProtection
 	for _, p := range serverProtections() {
 		switch {
-		case p.name == staticRow:
+		case p.name == staticRow():
 			out = append(out, p)
 		case p.name == sluiceRow:
 			out = append(out, p, fairShare)
@@ -550,7 +550,7 @@ func writeTenantsReport(w io.Writer, rows []tenantRow, s matrixSettings) {
 	fmt.Fprintf(w, "Rows: *sluice defaults* is `interceptor.NewServer()` with no option; *sluice fair share* is "+
 		"`interceptor.NewServer(interceptor.WithFairShare(callerkey.Metadata(%q)))`; *static C+8* is a semaphore admitting %d "+
 		"calls, no queue; *failsafe defaults* is failsafe-go's `adaptivelimiter.NewWithDefaults()` through a unary interceptor "+
-		"(tenants scenario only).\n\n", tenantHeader, matrixStatic)
+		"(tenants scenario only).\n\n", tenantHeader, matrixStatic())
 	fmt.Fprintf(w, "OK is the share of a tenant group's calls answered OK within the deadline; goodput / ideal counts all calls, "+
 		"ideal being min(offered, C/S); p99 is of the calls answered OK in time; rejected is the share of all calls refused "+
 		"with RESOURCE_EXHAUSTED. Limit is the live concurrency limit sampled every 100 ms over the summary (for the static row, its size). Heap is the process's HeapInuse after the run and a GC, the server and its limiter still "+
