@@ -22,6 +22,7 @@ import (
 var (
 	starts       = flag.Bool("starts", false, "run TestStarts: fresh default limiters at three sizes, every latency shape and load from the first call, beside a fixed C+8, in virtual time (about a minute)")
 	startsServer = flag.Bool("starts.server", false, "TestStarts reports overruns as a server interceptor does: one within twice the learned RTT is Ignored")
+	startsSeed   = flag.Uint64("starts.seed", 1, "TestStarts runs seeds starts.seed to starts.seed+2")
 )
 
 // startSizes are the downstreams TestStarts runs: the overload matrix's
@@ -87,7 +88,7 @@ func TestStarts(t *testing.T) {
 func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration, load float64, fixed bool) string {
 	light := load < 1
 	var vals, p99s []float64
-	for seed := uint64(1); seed <= 3; seed++ {
+	for seed := *startsSeed; seed < *startsSeed+3; seed++ {
 		synctest.Test(t, func(t *testing.T) {
 			be, err := backend.New(kind, c, s, d, seed)
 			require.NoError(t, err)
