@@ -124,7 +124,7 @@ func overloadRejection(g *gate, reason string, arrived time.Time) bool {
 // passed is the server's doing only when the server held it for more than
 // overrun.Factor × the RTT its limiter has seen calls take.
 func serverLate(g *gate, arrived time.Time) bool {
-	return g.rtt.Value() > 0 && !g.rtt.CallersFault(time.Since(arrived))
+	return g.rtt.ServersFault(time.Since(arrived))
 }
 
 // gateLoad counts the decisions of one limiter in two windows.

@@ -48,3 +48,12 @@ func (b *Baseline) CallersFault(held time.Duration) bool {
 	v := b.Value()
 	return v > 0 && held <= Factor*v
 }
+
+// ServersFault reports whether such a call overran by the server's doing:
+// the server has seen calls succeed, and held this one longer than Factor ×
+// their average. Before any success it reports false too: the caller's
+// rule (CallersFault) and this one judge nothing without a baseline.
+func (b *Baseline) ServersFault(held time.Duration) bool {
+	v := b.Value()
+	return v > 0 && held > Factor*v
+}

@@ -20,12 +20,13 @@ func TestBaseline(t *testing.T) {
 		held      time.Duration
 		wantValue time.Duration
 		wantFault bool // the caller's
+		wantOwn   bool // the server's
 	}{
-		{"nothing seen: the server's", nil, ms, 0, false},
-		{"the first success is the average", []time.Duration{80 * ms}, 160 * ms, 80 * ms, true},
-		{"past twice the average: the server's", []time.Duration{80 * ms}, 161 * ms, 80 * ms, false},
-		{"a new RTT weighs an eighth", []time.Duration{80 * ms, 160 * ms}, 180 * ms, 90 * ms, true},
-		{"held longer than twice that", []time.Duration{80 * ms, 160 * ms}, 181 * ms, 90 * ms, false},
+		{"nothing seen: not the caller's, and no baseline to call it the server's", nil, ms, 0, false, false},
+		{"the first success is the average", []time.Duration{80 * ms}, 160 * ms, 80 * ms, true, false},
+		{"past twice the average: the server's", []time.Duration{80 * ms}, 161 * ms, 80 * ms, false, true},
+		{"a new RTT weighs an eighth", []time.Duration{80 * ms, 160 * ms}, 180 * ms, 90 * ms, true, false},
+		{"held longer than twice that", []time.Duration{80 * ms, 160 * ms}, 181 * ms, 90 * ms, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -35,6 +36,7 @@ func TestBaseline(t *testing.T) {
 			}
 			assert.Equal(t, tt.wantValue, b.Value())
 			assert.Equal(t, tt.wantFault, b.CallersFault(tt.held))
+			assert.Equal(t, tt.wantOwn, b.ServersFault(tt.held))
 		})
 	}
 }
