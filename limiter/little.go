@@ -11,18 +11,14 @@ import (
 type phase int
 
 const (
-	// starting admits every call until the first returns: a fresh process
-	// knows nothing of the downstream, and a limit it guessed would refuse
-	// a healthy one's traffic. The calls then in flight become the limit,
-	// and the start goes on as a probe.
+	// starting admits every call until the first returns: a limit guessed
+	// before any call returned would refuse a healthy downstream's traffic.
 	starting phase = iota
-	// probing holds the limit below the downstream's capacity so that the
-	// calls granted now meet no queue: their mean RTT is the no-load RTT.
+	// probing holds the limit below the capacity so that the calls granted
+	// meet no queue: their mean RTT is the no-load RTT.
 	probing
-	// collecting stops counting the calls granted and waits, the limit
-	// still lowered, for the probe's slow calls: the probe's mean must
-	// not be that of its first returns, and with processor sharing calls
-	// admitted meanwhile would slow the ones still running.
+	// collecting grants no more of the probe's calls and waits, the limit
+	// still lowered, for its slow ones.
 	collecting
 	// steady applies the rule once per round trip.
 	steady
@@ -46,59 +42,47 @@ const (
 	maxWindowSamples = 256 // most samples a round trip needs, however noisy the RTTs
 )
 
-// little is AIMD's adaptive rule. Per round trip of n calls, m in flight
-// on average, r is their time in flight per success (a drop counts with its
-// time) and b the mean RTT of a probe's nb calls:
+// little is AIMD's adaptive rule; docs/design.md ("The Little rule") has
+// its reasons. Per round trip of n calls, m in flight on average, r is
+// their time in flight per success (a drop counts with its time) and b
+// the mean RTT of a probe's nb calls:
 //
-//	t = max(0.3, 3·cv·√(1/n + 1/nb))  the tolerance: the calls' spread, not their shape
-//	c = m·b/r                         the calls done without a queue (Little); limit/2/(1+t) if none succeeded
-//	late: r > (1+t)·b
-//	full (m ≥ 0.9·limit), late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
-//	full, on time: up to (1+t)·c, by one at least
-//	reached (most in flight ≥ 0.9·limit), on time: the same, by max(1, min(n/limit, limit)) at least
+//	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the RTTs' spread, not their shape
+//	c = m·b/r                         calls carried without a queue (Little); limit/2/(1+t) if none succeeded
+//	late: r > (1+t)·b; full: m ≥ 0.9·limit; reached: the most in flight ≥ 0.9·limit
+//	full, late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
+//	full or reached, on time: up to (1+t)·c, by one (reached: max(1, min(n/limit, limit))) at least
 //
-// A probe holds the limit at d = 0.9·c until the calls it admitted (at
-// most eight round trips' worth) are back; p is their mean RTT. A full limit
-// probes when b is 30 s old or the limit has halved since the last probe,
-// and when late with b unconfirmed or on too few calls. At its end ("again":
-// a probe at d/2 follows):
-//
-//	p ≥ b/(1+t)              b averages p in (takes it if unconfirmed); stays unconfirmed, and again, if it was,
-//	                         d ≥ b's depth, and not p > (1+t/3)·b at d/p two standard errors below the trip's m/r
-//	p < b/(1+t), drops late  b stays, the limit at most (1+t)·d; again
-//	p < b/(1+t)              b = p, the limit at most (1+t)·d; unconfirmed, and again, if p/b ≤ (1+t)·d/(b's depth)
-//	nothing succeeded        again
-//
-// The start admits every call until the first returns, then grows as a
-// slow start until its probe ends; its probe's mean is an unconfirmed b of
-// unknown depth.
+// A probe holds the limit at d = 0.9·c until its calls are back; p is
+// their mean. A p ≥ b/(1+t) is averaged into b (replaces it while
+// unconfirmed); a lower p becomes b and caps the limit at (1+t)·d, unless
+// the probe's drops made it late. b is unconfirmed after the start (which
+// admits every call until the first returns, then slow-starts) and after a
+// p that fell in proportion to the depth, until a p agrees from below b's
+// depth or reads higher at a throughput below the round trip's; while it
+// is, and after a probe that told nothing, a probe at d/2 follows. A full
+// limit probes when b is 30 s old, the limit halved, or a late round trip
+// doubts b.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
 	careful atomic.Bool // grants take the lock: not steady
 
-	mu    sync.Mutex
-	phase phase
-	win   window
-	need  int // samples a round trip needs
-	limit float64
-	b     time.Duration // no-load RTT; 0 until the first probe ends
-	nb    float64       // calls behind b
-	// unconfirmed: b may hold a queue, measured by the start or by a
-	// probe whose mean fell in proportion to its depth, or agreed with
-	// such a b from as deep
-	unconfirmed bool
-	bDepth      int       // the probe limit b was measured at; 0 for the start's
-	bAt         time.Time // when b was last measured
+	mu          sync.Mutex
+	phase       phase
+	win         window
+	need        int // samples a round trip needs
+	limit       float64
+	b           time.Duration // no-load RTT; 0 until the start's probe ends
+	nb          float64       // calls behind b
+	unconfirmed bool          // b may hold a queue, or only fast calls
+	bDepth      int           // the probe limit b was measured at; 0 for the start's
+	bAt         time.Time     // when b was last measured
 	probes      int
 	probedAt    float64 // the limit when the last probe started
-	// rate is the successes per ns of the full round trip that started
-	// the probe (and the probes again at half after it), measured on
-	// rateN calls; 0 if unknown
-	rate  float64
-	rateN int
-	// spread of RTTs: moving averages of round trips' mean (µs) and
-	// variance (µs²), and the coefficient of variation they give.
+	rate        float64 // successes per ns of the full round trip that started the probes; 0 if unknown
+	rateN       int     // the calls rate rests on
+	// moving mean (µs) and variance (µs²) of round trips' RTTs, and their cv
 	spreadMean, spreadVar, cv float64
 	longest                   time.Duration // longest RTT of the last round trips
 
@@ -126,10 +110,9 @@ func newLittle(c AIMDConfig, admitAll bool) *little {
 
 func (l *little) Limit() int { return int(l.current.Load()) }
 
-// granted counts a permit granted during a probe's admission into the
-// probe's cohort, until the quota is filled. The calls granted after, while
-// no call has yet returned to end the admission, may meet the queue the
-// cohort made: they are not the probe's.
+// granted counts a permit granted during a probe's admission into its
+// cohort, until the quota is filled: calls granted later may meet the
+// queue the cohort made.
 func (l *little) granted(inflight int) bool {
 	if !l.careful.Load() {
 		return false
@@ -188,12 +171,12 @@ func (l *little) untimedLocked(s Sample) {
 	}
 }
 
+// grow adds n to the limit, within [MinLimit, MaxLimit].
 func (l *little) grow(n float64) {
 	l.limit += n
 	l.clampLocked()
 }
 
-// clampLocked keeps the limit within [MinLimit, MaxLimit].
 func (l *little) clampLocked() {
 	l.limit = min(max(l.limit, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
 }
@@ -203,13 +186,9 @@ func (l *little) closeLocked(at time.Time) {
 	rt := l.win.close(at)
 	l.observeSpreadLocked(rt)
 	if l.b != 0 && rt.toldNothing(l.unconfirmed) {
-		// A round trip of calls that told nothing (deadline overruns a
-		// server does not count, since a caller may choose them): if b
-		// holds a queue, no call may ever succeed again. Measure b anew
-		// at half the limit; a caller cannot move the limit this way, only
-		// a probe's successes do. While b is unconfirmed (a start's, whose
-		// calls met a queue), mostly such calls are enough: the few that
-		// succeed are the ones admitted before the queue grew.
+		// Only overruns a server ignores (a caller may choose them): if b
+		// holds a queue, no call may succeed again. Only a probe's
+		// successes move the limit, so a caller cannot.
 		l.rate = 0
 		l.startProbeLocked(at, int(l.limit)/2)
 		return
@@ -221,10 +200,10 @@ func (l *little) closeLocked(at time.Time) {
 	r := rt.perSuccess()
 	m := float64(rt.sumIn) / float64(rt.n)
 	b := float64(l.b)
-	t := l.toleranceLocked(rt.n)
+	t := l.tolerance(float64(rt.n), l.nb)
 	c := m * b / r // Little's law
 	if ok == 0 {
-		c = l.limit / 2 / (1 + t) // nothing succeeded: c is unknown, not 0
+		c = l.limit / 2 / (1 + t) // unknown, not 0
 	}
 	target := (1 + t) * c
 	admits := math.Floor(l.limit) // what the Limiter enforces
@@ -233,8 +212,7 @@ func (l *little) closeLocked(at time.Time) {
 	late := r > (1+t)*b
 	switch {
 	case full && late && l.unconfirmed:
-		// b holds a queue if anything, and c errs high: all the way down.
-		l.limit = min(target, l.limit)
+		l.limit = min(target, l.limit) // b holds a queue if anything, and c errs high
 	case full && late:
 		l.limit += downGain * min(target-l.limit, 0)
 	case full && !late:
@@ -253,33 +231,26 @@ func (l *little) closeLocked(at time.Time) {
 	}
 }
 
-// reprobeLocked reports whether b needs measuring again, now that the
-// limit is full: b is old; or it rests on too few calls for the spread
-// and the round trip was late; or the limit has halved since the last
-// probe (or the start), as when the downstream slowed.
+// reprobeLocked reports whether a full limit needs b measured again: b
+// is old, the limit has halved since the last probe (the downstream
+// slowed), or a late round trip doubts a b that is unconfirmed or rests
+// on too few calls for the spread.
 func (l *little) reprobeLocked(at time.Time, late bool) bool {
 	return at.Sub(l.bAt) >= probeEvery || l.limit <= l.probedAt/2 ||
 		late && (l.unconfirmed || l.nb < float64(l.need)/2)
 }
 
-// toleranceLocked is t for a round trip of n calls: lateSigmas standard
-// errors of the difference between its mean and b, which rests on nb calls.
-func (l *little) toleranceLocked(n int) float64 {
-	return l.tolerance(float64(n), l.nb)
-}
-
 // tolerance is lateSigmas standard errors of the difference between two
-// means of RTTs, over n1 and n2 calls.
+// means of RTTs over n1 and n2 calls, relative to the mean.
 func (l *little) tolerance(n1, n2 float64) float64 {
 	cv := max(l.cv, 0)
 	return max(minTolerance, lateSigmas*cv*math.Sqrt(1/max(n1, 1)+1/max(n2, 1)))
 }
 
 // observeSpreadLocked folds a round trip's RTT variance into the moving
-// spread, and sizes the round trips to come so that their mean is known to
-// within the tolerance. It averages variances, not coefficients: a round
-// trip of a few calls rarely holds one of a shape's rare slow calls, and an
-// average of its square root reads far below the calls' spread.
+// spread and sizes the round trips to come. It averages variances, not
+// coefficients: most round trips of a few calls miss a shape's rare slow
+// calls, and the mean of their square roots reads low.
 func (l *little) observeSpreadLocked(rt trip) {
 	l.longest = max(rt.maxRTT, l.longest*7/8)
 	mean, variance, ok := rt.moments()
@@ -296,9 +267,9 @@ func (l *little) observeSpreadLocked(rt trip) {
 	l.need = samplesNeeded(l.cv)
 }
 
-// samplesNeeded is how many samples a round trip needs for its mean RTT
-// to be known within minTolerance by lateSigmas standard errors, when RTTs
-// vary with coefficient cv (negative if unknown).
+// samplesNeeded is how many samples put a round trip's mean within
+// minTolerance by lateSigmas standard errors, for RTTs of coefficient of
+// variation cv (negative if unknown).
 func samplesNeeded(cv float64) int {
 	if cv < 0 {
 		return minTripSamples
@@ -308,8 +279,8 @@ func samplesNeeded(cv float64) int {
 }
 
 // probeCalls is how many calls a probe times: enough for the spread, but
-// no more than probeTrips round trips at its depth, since the probe holds
-// every other call out meanwhile. Fewer calls widen t through nb.
+// no more than probeTrips round trips at its depth, since it holds every
+// other call out meanwhile.
 func (l *little) probeCalls() int {
 	return min(max(l.need, minProbeCalls), maxProbeCalls, max(minProbeCalls, probeTrips*l.probeLimit))
 }
@@ -335,28 +306,21 @@ func (l *little) probeLocked(s Sample) {
 		l.clampLocked()
 	}
 	if s.RTT < 0 {
-		// A stream: no start time to place it in the probe or not.
 		if s.Outcome != Ignored {
-			l.untimedLocked(s)
+			l.untimedLocked(s) // a stream: no start time to place it in the probe
 		}
 		return
 	}
-	if l.phase == probing && l.grants >= l.probeCalls() {
-		l.phase = collecting
-		l.probeTo = s.At
-	}
 	// The cohort's calls, if a Limiter counts the grants; else the calls
 	// granted since the probe began and, once collecting, before that.
-	start := s.At.Add(-s.RTT) // the first probe's probeFrom is zero
+	start := s.At.Add(-s.RTT)
 	mine := !start.Before(l.probeFrom) && s.cohort
 	if l.grants == 0 {
 		mine = !start.Before(l.probeFrom) && (l.phase == probing || !start.After(l.probeTo))
 	}
 	if l.b == 0 {
-		// The start is a slow start: it knows no capacity to stay below,
-		// grows a limit its calls fill by one per call, and backs off on
-		// a drop, until its probe ends: the wait for a long tail's slowest
-		// call is no reason to hold a guess.
+		// The start's slow start: one more per success that found the
+		// limit full, a backoff per drop, until its probe ends.
 		switch {
 		case s.Outcome == Dropped:
 			l.limit *= l.cfg.BackoffRatio
@@ -371,15 +335,13 @@ func (l *little) probeLocked(s Sample) {
 			l.probe.add(s)
 		}
 	}
-	if l.phase == probing && l.probeBack >= l.probeCalls() {
-		// No Limiter counts the grants: the calls that returned are the probe.
-		l.phase = collecting
+	if l.phase == probing && max(l.grants, l.probeBack) >= l.probeCalls() {
+		l.phase = collecting // the quota is granted, or (no Limiter counts grants) back
 		l.probeTo = s.At
 	}
 	if l.phase == collecting {
-		// Every call granted is back; or, if the calls granted are not
-		// counted (the AIMD used without a Limiter) or one of them is
-		// lost to a stream, the longest RTT seen has passed twice over.
+		// Every call granted is back; or, if the grants are not counted or
+		// one is lost to a stream, the longest RTT seen has passed twice.
 		wait := probeCollect * max(l.longest, l.probe.maxRTT)
 		if l.grants > 0 {
 			wait = max(wait, probeCollect*time.Second)
@@ -394,28 +356,26 @@ func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)
 	if l.probe.successes() == 0 {
-		// No call of the probe succeeded: no b to keep; measure again at
-		// half the depth. Before any b the limit is the start's, and it
-		// halves too: calls that all overran their deadlines (which a
-		// server that has seen no success cannot tell from a caller's tiny
-		// ones, and ignores) would otherwise hold it there for good.
+		// No b to keep: measure again at half the depth. Before any b the
+		// start's limit halves too, or calls that all overran (which a
+		// server may ignore) would hold it there.
+		depth := l.probeLimit / 2
 		if l.b == 0 {
 			l.limit = max(l.limit/2, float64(l.cfg.MinLimit))
-			l.startProbeLocked(at, int(l.limit))
-			return
+			depth = int(l.limit)
 		}
-		l.startProbeLocked(at, l.probeLimit/2)
+		l.startProbeLocked(at, depth)
 		return
 	}
 	n := l.probe.successes()
 	m := l.probe.sumRTT / time.Duration(n)
 	depth := l.probeLimit
-	// The spread counts the drops with the time they took: they are the
-	// probe's slow calls, and without them a cache-like shape reads quiet.
+	// The spread counts the drops with their time: they are the probe's
+	// slow calls.
 	all := l.probe
 	all.drops, all.sumRTT, all.sumSq = 0, all.sumRTT+all.dropRTT, all.sumSq+all.dropSq
 	l.observeSpreadLocked(all)
-	t := l.toleranceLocked(n)
+	t := l.tolerance(float64(n), l.nb)
 	again, measured := false, at
 	switch {
 	case l.b == 0:
@@ -423,42 +383,30 @@ func (l *little) endProbeLocked(at time.Time) {
 		l.b, l.nb, l.unconfirmed, depth = m, float64(n), true, 0
 		l.probedAt = l.limit
 	case float64(m)*(1+t) >= float64(l.b):
-		// b is the mean of the probes' calls, the older ones weighing at
-		// most two probes' worth, so that b follows a downstream that changed.
-		// An unconfirmed b is confirmed only from below the depth it was
-		// measured at (the start's, 0, is unknown): a probe as deep meets
-		// the same queue, if there is one, reads about b, and c = m·b/r
-		// makes the first probe as deep. Measure again at half the depth.
-		// A mean higher than b by a standard error met no such queue if
-		// its calls carried less than the round trip's throughput by two
-		// (a queue carries it all): b was low, a start's fast calls. Higher
-		// alone is not enough: a start's queue may still be growing, and a
-		// probe as deep in it reads higher than the start's calls did.
-		// The throughputs compared rest on the probe's calls and the
-		// round trip's, not on b's: their own tolerance.
+		// Agreement confirms an unconfirmed b from below its depth only:
+		// a probe as deep meets the same queue. Or from above, if p is a
+		// standard error higher at a throughput lower than the round
+		// trip's by two of the throughputs' own: a queue carries it all.
 		higher := float64(m) > (1+t/lateSigmas)*float64(l.b)
 		tr := l.tolerance(float64(n), float64(l.rateN))
 		unsaturated := (1+2*tr/lateSigmas)*float64(depth) < l.rate*float64(m)
 		again = l.unconfirmed && depth >= l.bDepth && !(higher && unsaturated)
-		w := min(l.nb, float64(2*l.probeCalls()))
+		w := min(l.nb, float64(2*l.probeCalls())) // b follows a downstream that changed
 		if l.unconfirmed {
-			w = 0 // a b that may hold a queue, or only the fast calls, is not averaged in
+			w = 0
 		}
 		l.unconfirmed = again
 		l.b = time.Duration((float64(l.b)*w + float64(m)*float64(n)) / (w + float64(n)))
 		l.nb = w + float64(n)
 	case l.probe.perSuccess() > (1+t)*float64(m):
-		// The probe's calls overran: they queued, and the mean of those
-		// that succeeded lacks the slow ones. b stays; measure again at
-		// half the depth. Overruns count in proportion, as in r: a
-		// downstream's own rare ones are not a queue.
+		// Its drops made it late: its successes' mean lacks the slow calls.
 		again = true
 		l.limit = min(l.limit, (1+t)*float64(depth))
 		l.clampLocked()
 		depth, measured = l.bDepth, l.bAt
 	default:
-		// A queue in b. If the mean fell in proportion to the depth, the
-		// probe's own calls may have queued: measure again at half the depth.
+		// A queue in b. If p fell in proportion to the depth, the probe's
+		// own calls may have queued too.
 		again = l.bDepth == 0 || float64(m)/float64(l.b) <= (1+t)*float64(depth)/float64(l.bDepth)
 		l.b, l.nb, l.unconfirmed = m, float64(n), again
 		l.limit = min(l.limit, (1+t)*float64(depth))

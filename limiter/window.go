@@ -18,10 +18,8 @@ func (w *window) add(s Sample, minSamples int) bool {
 	return w.ready && w.n >= minSamples
 }
 
-// skip records s, timed and Ignored, as a call that returned without
-// telling anything, and reports whether the window is complete: as many
-// such calls as a round trip needs, and none that told something, or
-// fewer of those than of these when mostly is set.
+// skip records s, timed and Ignored, and reports whether the window is
+// complete with calls that told nothing (see trip.toldNothing).
 func (w *window) skip(s Sample, minSamples int, mostly bool) bool {
 	w.returned(s)
 	w.ignored++
@@ -29,7 +27,7 @@ func (w *window) skip(s Sample, minSamples int, mostly bool) bool {
 }
 
 // returned notes that the timed s came back: the first opens the window
-// at its start, and one that started after the opening makes it ready.
+// at its start; one that started after the opening makes it ready.
 func (w *window) returned(s Sample) {
 	start := s.At.Add(-s.RTT)
 	if w.opened.IsZero() {
@@ -41,7 +39,6 @@ func (w *window) returned(s Sample) {
 // close takes the window's samples and opens the next window at at.
 func (w *window) close(at time.Time) trip {
 	rt := w.trip
-	rt.at = at
 	*w = window{trip: trip{opened: at}}
 	return rt
 }
@@ -58,7 +55,6 @@ type trip struct {
 	maxIn    int
 	sumIn    int       // in-flight counts at grant
 	opened   time.Time // when the window opened
-	at       time.Time // when it closed
 }
 
 // add records s, which must be timed and not Ignored.
