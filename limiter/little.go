@@ -52,6 +52,7 @@ const (
 //	late: r > (1+t)·b; full: m ≥ 0.9·limit; reached: the most in flight ≥ 0.9·limit
 //	full, late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one (reached: max(1, min(n/limit, limit))) at least
+//	neither, on time without drops, b confirmed: at least 1.3 × the most in flight
 //
 // A probe holds the limit at d = 0.9·c until its calls are back; p is
 // their mean. A p ≥ b/(1+t) is averaged into b (replaces it while
@@ -219,6 +220,9 @@ func (l *little) closeLocked(at time.Time) {
 		l.grow(max(1, target-l.limit))
 	case reached && !late:
 		l.grow(max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
+	case !late && rt.drops == 0 && !l.unconfirmed:
+		// Below the capacity: room for the load's own bursts.
+		l.limit = max(l.limit, (1+minTolerance)*float64(rt.maxIn))
 	}
 	l.clampLocked()
 	if full && l.reprobeLocked(at, late) {

@@ -42,6 +42,11 @@ func TestLittleRule(t *testing.T) {
 		// The load, not the limit, set the RTT: nothing moves.
 		{"late, not full", 30 * ms, 20, 0, 40, 40, 0},
 		{"on time, light", 10 * ms, 10, 0, 40, 40, 0},
+		// On time below the limit: room for bursts of the load's size,
+		// 1.3 × the most in flight; not if a call overran.
+		{"on time, not reached", 10 * ms, 34, 0, 1.3 * 34, 40, 0},
+		{"on time, not reached, one drop", 10 * ms, 34, 1, 40, 40, 0},
+		{"on time, not reached, a burst to 35", 10 * ms, 30, 0, 1.3 * 35, 40, 35},
 		// r is the time in flight per success: 100 ms / 9 calls, and c
 		// falls with the share of calls that succeeded.
 		{"full, one drop", 10 * ms, 40, 1, 1.3 * 40 * 9 / 10, 40, 0},
@@ -67,6 +72,29 @@ func TestLittleRule(t *testing.T) {
 				trip[len(trip)-1].Inflight = tt.peak
 			}
 			feed(l, trip)
+			assert.InDelta(t, tt.want, l.limit, 1e-6)
+		})
+	}
+}
+
+// TestLittleRoomForBursts: an on-time round trip below the limit keeps
+// the limit 1.3 × the most calls it had in flight, but only against a
+// confirmed b: on time against a start's b, which may hold a queue or
+// only fast calls, says nothing.
+func TestLittleRoomForBursts(t *testing.T) {
+	tests := []struct {
+		name        string
+		unconfirmed bool
+		want        float64
+	}{
+		{"b confirmed", false, 1.3 * 34},
+		{"b unconfirmed", true, 40},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, at := steadyLittle(t, 40)
+			l.unconfirmed = tt.unconfirmed
+			feed(l, roundTrip(at, 10*time.Millisecond, 10, 34, Success))
 			assert.InDelta(t, tt.want, l.limit, 1e-6)
 		})
 	}
