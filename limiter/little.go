@@ -37,6 +37,7 @@ const (
 	maxProbeCalls = 128              // most calls a probe times, however noisy the RTTs
 	probeTrips    = 8                // most round trips of its depth a probe's calls take
 	spreadWeight  = 0.1              // weight of a round trip in the moving spread of RTTs
+	burstRoom     = 1.3              // limit, of the most calls in flight, an on-time round trip below it keeps
 
 	minTripSamples   = 10  // fewest samples a round trip closes on (the classic rule's too)
 	maxWindowSamples = 256 // most samples a round trip needs, however noisy the RTTs
@@ -222,7 +223,7 @@ func (l *little) closeLocked(at time.Time) {
 		l.grow(max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
 	case !late && rt.drops == 0 && !l.unconfirmed:
 		// Below the capacity: room for the load's own bursts.
-		l.limit = max(l.limit, (1+minTolerance)*float64(rt.maxIn))
+		l.limit = max(l.limit, burstRoom*float64(rt.maxIn))
 	}
 	l.clampLocked()
 	if full && l.reprobeLocked(at, late) {
