@@ -54,6 +54,7 @@ const (
 //	full, late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one (reached: max(1, min(n/limit, limit))) at least
 //	neither, on time without drops, b confirmed: at least 1.3 × the most in flight
+//	neither, late, b unconfirmed: r is averaged into b, by their calls
 //
 // A probe holds the limit at d = 0.9·c until its calls are back; p is
 // their mean. A p ≥ b/(1+t) is averaged into b (replaces it while
@@ -221,6 +222,11 @@ func (l *little) closeLocked(at time.Time) {
 		l.grow(max(1, target-l.limit))
 	case reached && !late:
 		l.grow(max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
+	case late && l.unconfirmed && !reached:
+		// Nothing held the load back, yet it was late: b rests on too few
+		// calls (a start's fast ones), and this round trip measures it.
+		l.b = time.Duration((b*l.nb + r*float64(rt.n)) / (l.nb + float64(rt.n)))
+		l.nb += float64(rt.n)
 	case !late && rt.drops == 0 && !l.unconfirmed:
 		// Below the capacity: room for the load's own bursts.
 		l.limit = max(l.limit, burstRoom*float64(rt.maxIn))

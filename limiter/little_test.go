@@ -100,6 +100,38 @@ func TestLittleRoomForBursts(t *testing.T) {
 	}
 }
 
+// TestLittleLateBelowTheLimit: a late round trip the limit never came
+// near re-measures an unconfirmed b, which a start may have taken from
+// its fast calls only; a confirmed b, or a round trip that reached the
+// limit, says nothing about b. The limit stays where it was.
+func TestLittleLateBelowTheLimit(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name        string
+		unconfirmed bool
+		peak        int // one call's in flight, if not 0
+		wantB       time.Duration
+	}{
+		// b of 10 calls at 10 ms and 10 calls at 30 ms: 20 ms.
+		{"b unconfirmed", true, 0, 20 * ms},
+		{"b confirmed", false, 0, 10 * ms},
+		{"b unconfirmed, the limit reached", true, 40, 10 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, at := steadyLittle(t, 40)
+			l.unconfirmed, l.nb = tt.unconfirmed, 10
+			trip := roundTrip(at, 30*ms, 10, 20, Success)
+			if tt.peak != 0 {
+				trip[len(trip)-1].Inflight = tt.peak
+			}
+			feed(l, trip)
+			assert.Equal(t, tt.wantB, l.b)
+			assert.InDelta(t, 40, l.limit, 1e-6)
+		})
+	}
+}
+
 // TestLittlePhases checks each transition between the phases.
 func TestLittlePhases(t *testing.T) {
 	ms := time.Millisecond
