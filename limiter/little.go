@@ -225,8 +225,7 @@ func (l *little) closeLocked(at time.Time) {
 	case late && l.unconfirmed && !reached:
 		// Nothing held the load back, yet it was late: b rests on too few
 		// calls (a start's fast ones), and this round trip measures it.
-		l.b = time.Duration((b*l.nb + r*float64(rt.n)) / (l.nb + float64(rt.n)))
-		l.nb += float64(rt.n)
+		l.averageIntoB(l.nb, r, float64(rt.n))
 	case !late && rt.drops == 0 && !l.unconfirmed:
 		// Below the capacity: room for the load's own bursts.
 		l.limit = max(l.limit, burstRoom*float64(rt.maxIn))
@@ -240,6 +239,12 @@ func (l *little) closeLocked(at time.Time) {
 		l.rate, l.rateN = m/r, rt.n
 		l.startProbeLocked(at, int(depth))
 	}
+}
+
+// averageIntoB makes b the mean of w calls at b and n calls at mean (ns).
+func (l *little) averageIntoB(w, mean, n float64) {
+	l.b = time.Duration((float64(l.b)*w + mean*n) / (w + n))
+	l.nb = w + n
 }
 
 // reprobeLocked reports whether a full limit needs b measured again: b
@@ -407,8 +412,7 @@ func (l *little) endProbeLocked(at time.Time) {
 			w = 0
 		}
 		l.unconfirmed = again
-		l.b = time.Duration((float64(l.b)*w + float64(m)*float64(n)) / (w + float64(n)))
-		l.nb = w + float64(n)
+		l.averageIntoB(w, float64(m), float64(n))
 	case l.probe.perSuccess() > (1+t)*float64(m):
 		// Its drops made it late: its successes' mean lacks the slow calls.
 		again = true
