@@ -47,7 +47,7 @@ func (a *classic) Update(s Sample) int {
 		a.applyLocked(s.Outcome == Dropped, 1, s.Inflight, step)
 	} else if a.win.add(s, minTripSamples) {
 		rt := a.win.close(s.At)
-		a.applyLocked(rt.drops > 0, rt.dropShare(), rt.maxIn, 1)
+		a.applyLocked(rt.drops > 0, float64(rt.drops)/float64(rt.n), rt.maxIn, 1)
 	}
 	return a.Limit()
 }

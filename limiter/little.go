@@ -43,29 +43,22 @@ const (
 	maxWindowSamples = 256 // most samples a round trip needs, however noisy the RTTs
 )
 
-// little is AIMD's adaptive rule; docs/design.md ("The Little rule") has
-// its reasons. Per round trip of n calls, m in flight on average, r is
-// their time in flight per success (a drop counts with its time) and b
-// the mean RTT of a probe's nb calls:
+// little is AIMD's adaptive rule; docs/design.md ("The rule", "Probes")
+// has its reasons. Per round trip of n calls with m in flight on average,
+// r their time in flight per success (a drop counts its time) and b the
+// no-load RTT, the mean of a probe's nb calls:
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the RTTs' spread, not their shape
-//	c = m·b/r                         calls carried without a queue (Little); limit/2/(1+t) if none succeeded
-//	late: r > (1+t)·b; full: m ≥ 0.9·limit; reached: the most in flight ≥ 0.9·limit
-//	full, late: the limit moves half way down to (1+t)·c, all the way if b is unconfirmed
-//	full or reached, on time: up to (1+t)·c, by one (reached: max(1, min(n/limit, limit))) at least
-//	neither, on time without drops, b confirmed: at least 1.3 × the most in flight
-//	neither, late, b unconfirmed: r is averaged into b, by their calls
+//	c = m·b/r                         calls carried without a queue (Little)
+//	late: r > (1+t)·b; full: m ≥ 0.9·limit; reached: most in flight ≥ 0.9·limit
+//	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
+//	full or reached, on time: up to (1+t)·c, by one at least
+//	neither, on time:         at least 1.3 × the most in flight, if b is confirmed
+//	neither, late:            r is averaged into b, if b is unconfirmed
 //
-// A probe holds the limit at d = 0.9·c until its calls are back; p is
-// their mean. A p ≥ b/(1+t) is averaged into b (replaces it while
-// unconfirmed); a lower p becomes b and caps the limit at (1+t)·d, unless
-// the probe's drops made it late. b is unconfirmed after the start (which
-// admits every call until the first returns, then slow-starts) and after a
-// p that fell in proportion to the depth, until a p agrees from below b's
-// depth or reads higher at a throughput below the round trip's; while it
-// is, and after a probe that told nothing, a probe at d/2 follows. A full
-// limit probes when b is 30 s old, the limit halved, or a late round trip
-// doubts b.
+// A probe holds the limit at 0.9·c until its calls are back, then judges
+// b by their mean (endProbeLocked). A full limit probes when b is 30 s
+// old, the limit has halved, or a late round trip doubts b.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
@@ -368,6 +361,17 @@ func (l *little) probeLocked(s Sample) {
 	}
 }
 
+// endProbeLocked judges b by the mean p of the probe's calls at depth d:
+//
+//	p ≥ b/(1+t):          averaged into b (replaces b while unconfirmed)
+//	p late by its drops:  the limit is capped at (1+t)·d, b kept
+//	lower:                p becomes b, the limit is capped at (1+t)·d
+//
+// b is unconfirmed after the start (which admits every call until the
+// first returns, then slow-starts) and after a p that fell in proportion
+// to the depth, until a p agrees from below b's depth or reads higher at a
+// throughput below the round trip's. While it is, and after a probe that
+// told nothing, a probe at d/2 follows.
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)

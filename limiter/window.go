@@ -88,14 +88,6 @@ func (r trip) perSuccess() float64 {
 	return float64(r.sumRTT+r.dropRTT) / float64(r.successes())
 }
 
-// dropShare is the share of the round trip's calls that were dropped.
-func (r trip) dropShare() float64 {
-	if r.n == 0 {
-		return 0
-	}
-	return float64(r.drops) / float64(r.n)
-}
-
 // moments returns the mean (µs) and the unbiased variance (µs²) of the
 // successful RTTs, or ok false with fewer than two of them.
 func (r trip) moments() (mean, variance float64, ok bool) {
