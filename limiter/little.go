@@ -54,7 +54,7 @@ const (
 //	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one at least
 //	neither, on time:         at least 1.3 × the most in flight, if b is confirmed
-//	neither, late:            r is averaged into b, if b is unconfirmed
+//	neither, late:            r is averaged into b, if b is unconfirmed and r finite
 //
 // A probe holds the limit at 0.9·c until its calls are back, then judges
 // b by their mean (endProbeLocked). A full limit probes when b is 30 s
@@ -215,7 +215,7 @@ func (l *little) closeLocked(at time.Time) {
 		l.grow(max(1, target-l.limit))
 	case reached && !late:
 		l.grow(max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
-	case late && l.unconfirmed && !reached:
+	case late && l.unconfirmed && !reached && ok > 0:
 		// Nothing held the load back, yet it was late: b rests on too few
 		// calls (a start's fast ones), and this round trip measures it.
 		l.averageIntoB(l.nb, r, float64(rt.n))

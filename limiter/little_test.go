@@ -424,3 +424,16 @@ func TestLittleMostlyIgnored(t *testing.T) {
 		})
 	}
 }
+
+// TestLittleDropsBelowTheLimit: a round trip below the limit in which
+// every call was dropped (a downstream refusing everything at once, seen
+// from a client) has no time per success: r is infinite. Averaged into an
+// unconfirmed b it made b a negative duration, and every rule after
+// worked from that.
+func TestLittleDropsBelowTheLimit(t *testing.T) {
+	l, at := steadyLittle(t, 40)
+	l.unconfirmed, l.nb = true, 10
+	feed(l, roundTrip(at, 30*time.Millisecond, 10, 20, Dropped))
+	assert.Equal(t, 10*time.Millisecond, l.b, "b without a success to measure it")
+	assert.InDelta(t, 40, l.limit, 1e-6, "a round trip below the limit does not cut it")
+}
