@@ -151,8 +151,11 @@ func (a *aimd) Limit() int {
 }
 
 // granted lets the Limiter count grants for the adaptive rule's probes.
-func (a *aimd) granted(inflight int) bool {
-	return a.little != nil && a.little.granted(inflight)
+func (a *aimd) granted(inflight int) (cohort, full bool) {
+	if a.little == nil {
+		return false, false
+	}
+	return a.little.granted(inflight)
 }
 
 func (a *aimd) String() string {

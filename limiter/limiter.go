@@ -183,10 +183,15 @@ func (l *Limiter) wait(ctx context.Context) (Token, error) {
 // count the taking left behind. It reads the clock for the call's RTT.
 func (l *Limiter) grant(availAfter int) Token {
 	start, inflight := l.now(), l.Limit()-availAfter
-	cohort := l.counter != nil && l.counter.granted(inflight)
 	meta := uint64(min(inflight, inflightMax))
-	if cohort {
-		meta |= cohortBit
+	if l.counter != nil {
+		cohort, full := l.counter.granted(inflight)
+		if cohort {
+			meta |= cohortBit
+		}
+		if full {
+			meta |= fullBit
+		}
 	}
 	return Token{l: l, start: start, meta: meta}
 }
@@ -194,9 +199,10 @@ func (l *Limiter) grant(availAfter int) Token {
 // A grantCounter is an Algorithm that counts the permits granted: one that
 // measures a cohort of calls must know which calls are in it and when all
 // of them have returned. granted reports whether the call joins the
-// cohort; its Sample then carries cohort set.
+// cohort, and whether it found the limit full as the algorithm counts it
+// at that moment; its Sample then carries cohort and full set.
 type grantCounter interface {
-	granted(inflight int) bool
+	granted(inflight int) (cohort, full bool)
 }
 
 // now reads the monotonic clock as nanoseconds since l.epoch. time.Since
@@ -355,8 +361,9 @@ type Token struct {
 	l     *Limiter
 	start int64 // l.now() when granted
 	// meta packs, low bits first: the permits held right after this one
-	// was granted (31 bits), whether the algorithm counted this grant
-	// into a cohort (1 bit), and the caller it counts to (TryAcquireFor;
+	// was granted (30 bits), whether the grant found the limit full and
+	// whether the algorithm counted it into a cohort (1 bit each, see
+	// grantCounter), and the caller it counts to (TryAcquireFor;
 	// 32 bits, 0 for none). Three words go back in registers on every
 	// call's path; a fourth field spilled the Token to the stack.
 	meta uint64
@@ -364,11 +371,13 @@ type Token struct {
 
 const (
 	cohortBit   = 1 << 31
-	inflightMax = cohortBit - 1
+	fullBit     = 1 << 30
+	inflightMax = fullBit - 1
 )
 
 func (t *Token) inflight() int  { return int(t.meta & inflightMax) }
 func (t *Token) cohort() bool   { return t.meta&cohortBit != 0 }
+func (t *Token) full() bool     { return t.meta&fullBit != 0 }
 func (t *Token) caller() uint32 { return uint32(t.meta >> 32) }
 
 // Release returns the permit and reports the call's outcome and round-trip
@@ -400,6 +409,7 @@ func (t *Token) release(o Outcome, timed bool) time.Duration {
 		Outcome:  o,
 		At:       l.epoch.Add(time.Duration(end)),
 		cohort:   tok.cohort(),
+		full:     tok.full(),
 	}
 	if timed {
 		s.RTT = held

@@ -108,19 +108,22 @@ func (l *little) Limit() int { return int(l.current.Load()) }
 
 // granted counts a permit granted during a probe's admission into its
 // cohort, until the quota is filled: calls granted later may meet the
-// queue the cohort made.
-func (l *little) granted(inflight int) bool {
+// queue the cohort made. In the start's slow start it also tells whether
+// the grant found the limit full: by the time the call returns the limit
+// may have grown past it.
+func (l *little) granted(inflight int) (cohort, full bool) {
 	if !l.careful.Load() {
-		return false
+		return false, false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mostIn = max(l.mostIn, inflight)
+	full = l.b == 0 && l.phase != starting && float64(inflight) >= fullShare*float64(l.current.Load())
 	if l.phase == collecting || l.phase == steady || l.grants >= l.probeCalls() {
-		return false
+		return false, full
 	}
 	l.grants++
-	return true
+	return true, full
 }
 
 func (l *little) publishLocked() {
@@ -329,12 +332,13 @@ func (l *little) probeLocked(s Sample) {
 	}
 	if l.b == 0 {
 		// The start's slow start: one more per success that found the
-		// limit full, a backoff per drop, until its probe ends.
+		// limit full and met no queue, a backoff per drop, until its
+		// probe ends.
 		switch {
 		case s.Outcome == Dropped:
 			l.limit *= l.cfg.BackoffRatio
 			l.clampLocked()
-		case s.Outcome == Success && float64(s.Inflight) >= fullShare*l.limit:
+		case s.Outcome == Success && l.slowStartCounts(s):
 			l.grow(1)
 		}
 	}
@@ -359,6 +363,17 @@ func (l *little) probeLocked(s Sample) {
 			l.endProbeLocked(s.At)
 		}
 	}
+}
+
+// slowStartCounts reports whether a success in the start grows the limit:
+// its grant found the limit full, counted against the limit then (without
+// a Limiter to tell, against the limit now), and its RTT is at most
+// 1 + minTolerance times the mean of the start's calls back so far. The
+// second is HyStart's exit: a success that met a queue does not grow it.
+func (l *little) slowStartCounts(s Sample) bool {
+	full := s.full || l.grants == 0 && float64(s.Inflight) >= fullShare*l.limit
+	n := l.probe.successes()
+	return full && (n == 0 || float64(s.RTT) <= (1+minTolerance)*float64(l.probe.sumRTT)/float64(n))
 }
 
 // endProbeLocked judges b by the mean p of the probe's calls at depth d:

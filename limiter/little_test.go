@@ -287,9 +287,11 @@ func TestLittleProbeCountsSlowCalls(t *testing.T) {
 	n := l.probeCalls()
 	require.Equal(t, 16, n)
 	for range n {
-		require.True(t, l.granted(5), "a grant within the quota joins the cohort")
+		joined, _ := l.granted(5)
+		require.True(t, joined, "a grant within the quota joins the cohort")
 	}
-	require.False(t, l.granted(5), "a grant past the quota does not")
+	joined, _ := l.granted(5)
+	require.False(t, joined, "a grant past the quota does not")
 	feed(l, cohort(roundTrip(from, 5*ms, 14, 5, Success)))
 	require.Equal(t, collecting, l.phase, "admission over")
 	assert.Equal(t, 16, l.grants)
@@ -304,6 +306,48 @@ func TestLittleProbeCountsSlowCalls(t *testing.T) {
 	w := float64(2 * l.probeCalls())
 	want := (10*w + 10.625*float64(n)) / (w + float64(n))
 	assert.InDelta(t, want, float64(l.b)/float64(ms), 1e-6)
+}
+
+// TestLittleSlowStart: in the start, a success grows the limit by one when
+// its grant found the limit full, counted against the limit of that
+// moment. Counted against the limit at its return, a limit that grew in
+// the meantime no longer counted its own calls, and it grew about 1.1×
+// per round trip: at C = 64, S = 100 ms and half load, 2.9 % of a fresh
+// process's calls were refused in its first 3 s.
+func TestLittleSlowStart(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name      string
+		counted   bool          // a Limiter counts the grants
+		grantedIn int           // calls in flight at the grant, the limit then 20
+		rtt       time.Duration // the start's calls back so far average 10 ms
+		want      float64
+	}{
+		{"found the limit full, on time: one more", true, 20, 12 * ms, 26},
+		{"found the limit full, met a queue: stays", true, 20, 14 * ms, 25},
+		{"found room: stays", true, 10, 10 * ms, 25},
+		{"without a Limiter, in flight against the limit now: stays", false, 20, 10 * ms, 25},
+		{"without a Limiter, the limit now full: one more", false, 25, 10 * ms, 26},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLittle(AIMDConfig{}, true)
+			var full bool
+			if tt.counted {
+				l.granted(1) // the first call, admitted while the start admits all
+			}
+			first := Sample{RTT: 10 * ms, Inflight: 1, Outcome: Success, At: t0.Add(10 * ms), cohort: tt.counted}
+			l.Update(first)
+			require.Equal(t, probing, l.phase)
+			require.InDelta(t, 20, l.limit, 1e-9, "the first return: the initial limit")
+			if tt.counted {
+				_, full = l.granted(tt.grantedIn)
+			}
+			l.limit = 25 // grown since
+			l.Update(Sample{RTT: tt.rtt, Inflight: tt.grantedIn, Outcome: Success, At: t0.Add(40 * ms), full: full})
+			assert.InDelta(t, tt.want, l.limit, 1e-9)
+		})
+	}
 }
 
 // cohort marks samples as the calls of a probe's cohort.

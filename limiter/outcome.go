@@ -64,6 +64,9 @@ type Sample struct {
 	// cohort is set when the algorithm counted the call's grant into a
 	// cohort it measures (see grantCounter).
 	cohort bool
+	// full is set when the grant found the limit full, counted against
+	// the limit then (see grantCounter).
+	full bool
 }
 
 // UntimedRTT is the RTT of a Sample whose call's duration is not a latency
