@@ -87,17 +87,21 @@ bench:
 ## a MATRIX_RUN may also name latency-shape scenarios (bench-shapes).
 ## MATRIX_SIZE=C,S (e.g. 64,100ms) runs every scenario on backends of C
 ## workers and service time S instead of 16,20ms (the slow ones at 5·S).
+## MATRIX_SKIP=0 counts each phase from its first call instead of leaving
+## out a second of warm-up: every run starts a fresh server, so the load
+## rows then include its cold start (e.g. MATRIX_SKIP=0 MATRIX_RUN='0.8×').
 MATRIX_REPS  ?= 3
 MATRIX_SCALE ?= 1
 MATRIX_RUN   ?=
 MATRIX_SIZE  ?=
+MATRIX_SKIP  ?=
 MATRIX_FILE  ?= overload-matrix
 bench-overload:
 	@set -e; mkdir -p $(BENCH_OUT); start=$$(date +%s); \
 	commit=$$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- . || echo -dirty); \
 	echo "== overload matrix at $$commit: $(MATRIX_REPS) repetition(s), phases scaled by $(MATRIX_SCALE) > bench-out/$(MATRIX_FILE).txt"; \
 	(cd bench && $(GO) test -count=1 -run '^TestOverloadMatrix$$' -v -timeout 120m -matrix \
-		-matrix.reps $(MATRIX_REPS) -matrix.scale $(MATRIX_SCALE) -matrix.commit $$commit -matrix.run '$(MATRIX_RUN)' -matrix.size '$(MATRIX_SIZE)' \
+		-matrix.reps $(MATRIX_REPS) -matrix.scale $(MATRIX_SCALE) -matrix.commit $$commit -matrix.run '$(MATRIX_RUN)' -matrix.size '$(MATRIX_SIZE)' $(if $(MATRIX_SKIP),-matrix.skip $(MATRIX_SKIP)) \
 		-matrix.out $(BENCH_OUT)/$(MATRIX_FILE).md . > $(BENCH_OUT)/$(MATRIX_FILE).txt 2>&1) || \
 		{ cat $(BENCH_OUT)/$(MATRIX_FILE).txt; exit 1; }; \
 	cat $(BENCH_OUT)/$(MATRIX_FILE).md; \
