@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -517,4 +518,48 @@ func TestStress(t *testing.T) {
 	require.NoError(t, l.Pin(15))
 	assertSettled(t, l)
 	assert.Equal(t, 15, state(l.state.Load()).avail())
+}
+
+// markingAlgorithm is a fixed limit that counts grants as grantCounter
+// does, answering cohort and full for every grant, and keeps the samples.
+type markingAlgorithm struct {
+	cohort, full bool
+	mu           sync.Mutex
+	samples      []Sample
+}
+
+func (a *markingAlgorithm) granted(int) (cohort, full bool) { return a.cohort, a.full }
+func (a *markingAlgorithm) Limit() int                      { return 100 }
+func (a *markingAlgorithm) Update(s Sample) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.samples = append(a.samples, s)
+	return 100
+}
+
+// TestGrantMarks: what an algorithm answers at a call's grant comes back
+// in that call's Sample, beside the calls in flight at the grant and the
+// caller it counts to, whatever else the Token packs.
+func TestGrantMarks(t *testing.T) {
+	for _, tt := range []struct{ cohort, full bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		t.Run(fmt.Sprintf("cohort=%v,full=%v", tt.cohort, tt.full), func(t *testing.T) {
+			alg := &markingAlgorithm{cohort: tt.cohort, full: tt.full}
+			l, err := New(WithAlgorithm(alg))
+			require.NoError(t, err)
+			first, ok := l.TryAcquire()
+			require.True(t, ok)
+			second, err := l.TryAcquireFor("alice", 0)
+			require.NoError(t, err)
+			second.Release(Success)
+			first.Release(Dropped)
+			require.Len(t, alg.samples, 2)
+			for i, s := range alg.samples {
+				assert.Equal(t, tt.cohort, s.cohort, "sample %d: cohort", i)
+				assert.Equal(t, tt.full, s.full, "sample %d: full", i)
+				assert.Equal(t, 2-i, s.Inflight, "sample %d: in flight at the grant", i)
+			}
+			assert.Equal(t, Success, alg.samples[0].Outcome)
+			assert.Equal(t, Dropped, alg.samples[1].Outcome)
+		})
+	}
 }
