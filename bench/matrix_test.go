@@ -61,7 +61,7 @@ var (
 	matrixFrontier = flag.Bool("matrix.frontier", false, "add the unprotected and static rows to every server-side scenario, not only to the FIFO load scenarios at S (20 ms unless -matrix.size)")
 	matrixCommit   = flag.String("matrix.commit", "", "the commit the overload matrix runs on, for its report")
 	matrixSize     = flag.String("matrix.size", "", "C,S: the backends' workers and service time, e.g. 64,100ms (default 16,20ms); the slow scenarios take 5·S")
-	matrixWarm     = flag.Duration("matrix.skip", matrixSkip, "the start of each phase left out of its summary (warm-up), before -matrix.scale; 0 counts a fresh server's first calls")
+	matrixSkipFlag = flag.Duration("matrix.skip", matrixSkip, "the start of each phase left out of its summary (warm-up), before -matrix.scale; 0 counts a fresh server's first calls")
 )
 
 const matrixEnv = "SLUICE_BENCH_MATRIX"
@@ -867,10 +867,10 @@ func TestOverloadMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	phase := time.Duration(*matrixScale * float64(matrixPhase))
-	if *matrixWarm < 0 || *matrixWarm >= matrixPhase {
-		t.Fatalf("-matrix.skip %v: must be in [0, %v)", *matrixWarm, matrixPhase)
+	if *matrixSkipFlag < 0 || *matrixSkipFlag >= matrixPhase {
+		t.Fatalf("-matrix.skip %v: must be in [0, %v)", *matrixSkipFlag, matrixPhase)
 	}
-	skip := time.Duration(*matrixScale * float64(*matrixWarm))
+	skip := time.Duration(*matrixScale * float64(*matrixSkipFlag))
 	start, load0 := time.Now(), overload.LoadAverage()
 	rows, failed, err := runMatrix(context.Background(), t, scs, *matrixReps, phase, skip, *matrixFrontier)
 	if err != nil {
