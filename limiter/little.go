@@ -75,7 +75,7 @@ type little struct {
 	bDepth      int           // the probe limit b was measured at; 0 for the start's
 	bAt         time.Time     // when b was last measured
 	probes      int
-	probedAt    float64 // the limit when the last probe started
+	probedAt    float64 // the limit when the last probe started, then as it left it
 	rate        float64 // successes per ns of the full round trip that started the probes; 0 if unknown
 	rateN       int     // the calls rate rests on
 	// moving mean (µs) and variance (µs²) of round trips' RTTs, and their cv
@@ -384,8 +384,8 @@ func (l *little) slowStartCounts(s Sample) bool {
 //
 // b is unconfirmed after the start (which admits every call until the
 // first returns, then slow-starts) and after a p that fell in proportion
-// to the depth, until a p agrees from below b's depth or reads higher at a
-// throughput below the round trip's. While it is, and after a probe that
+// to the depth, until a p agrees from below b's depth or was measured at
+// a throughput below the round trip's. While it is, and after a probe that
 // told nothing, a probe at d/2 follows.
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
@@ -411,21 +411,19 @@ func (l *little) endProbeLocked(at time.Time) {
 	all.drops, all.sumRTT, all.sumSq = 0, all.sumRTT+all.dropRTT, all.sumSq+all.dropSq
 	l.observeSpreadLocked(all)
 	t := l.tolerance(float64(n), l.nb)
+	// A throughput below the round trip's by two of the throughputs' own
+	// standard errors: a queue would have carried it all, so none did.
+	tr := l.tolerance(float64(n), float64(l.rateN))
+	unsaturated := (1+2*tr/lateSigmas)*float64(depth) < l.rate*float64(m)
 	again, measured := false, at
 	switch {
 	case l.b == 0:
 		// The start: its calls met a queue of unknown depth.
 		l.b, l.nb, l.unconfirmed, depth = m, float64(n), true, 0
-		l.probedAt = l.limit
 	case float64(m)*(1+t) >= float64(l.b):
-		// Agreement confirms an unconfirmed b from below its depth only:
-		// a probe as deep meets the same queue. Or from above, if p is a
-		// standard error higher at a throughput lower than the round
-		// trip's by two of the throughputs' own: a queue carries it all.
-		higher := float64(m) > (1+t/lateSigmas)*float64(l.b)
-		tr := l.tolerance(float64(n), float64(l.rateN))
-		unsaturated := (1+2*tr/lateSigmas)*float64(depth) < l.rate*float64(m)
-		again = l.unconfirmed && depth >= l.bDepth && !(higher && unsaturated)
+		// Agreement confirms an unconfirmed b from below its depth, or
+		// unsaturated: a probe as deep may meet the same queue.
+		again = l.unconfirmed && depth >= l.bDepth && !unsaturated
 		w := min(l.nb, float64(2*l.probeCalls())) // b follows a downstream that changed
 		if l.unconfirmed {
 			w = 0
@@ -440,13 +438,14 @@ func (l *little) endProbeLocked(at time.Time) {
 		depth, measured = l.bDepth, l.bAt
 	default:
 		// A queue in b. If p fell in proportion to the depth, the probe's
-		// own calls may have queued too.
-		again = l.bDepth == 0 || float64(m)/float64(l.b) <= (1+t)*float64(depth)/float64(l.bDepth)
+		// own calls may have queued too, unless it was unsaturated.
+		again = !unsaturated && (l.bDepth == 0 || float64(m)/float64(l.b) <= (1+t)*float64(depth)/float64(l.bDepth))
 		l.b, l.nb, l.unconfirmed = m, float64(n), again
 		l.limit = min(l.limit, (1+t)*float64(depth))
 		l.clampLocked()
 	}
 	l.bDepth, l.bAt = depth, measured
+	l.probedAt = l.limit // a limit halved from here means the downstream slowed
 	if again && l.probeLimit > l.cfg.MinLimit {
 		l.startProbeLocked(at, l.probeLimit/2)
 	}

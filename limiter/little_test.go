@@ -218,10 +218,14 @@ func TestLittleProbeEnds(t *testing.T) {
 		// two of b's (35.1).
 		{name: "noisy, higher than the start's b, below the throughput: confirmed",
 			start: true, depth: 18, mean: 16 * ms, rate: 2, cv: 1.5, nb: 16, wantB: 16 * ms, wantLimit: 40, wantPhase: steady},
-		{name: "agrees with the start's b, below the throughput: again at half",
-			start: true, depth: 18, mean: 10500 * time.Microsecond, rate: 4, wantB: 10500 * time.Microsecond, wantLimit: 40, wantPhase: probing, wantDepth: 9},
+		// 18 calls at 10.5 ms are 1.7 a ms, below the 4 the round trip
+		// carried: no queue held the probe's calls, so none held b's.
+		{name: "agrees with the start's b, below the throughput: confirmed",
+			start: true, depth: 18, mean: 10500 * time.Microsecond, rate: 4, wantB: 10500 * time.Microsecond, wantLimit: 40, wantPhase: steady},
 		{name: "fell in proportion to the depth: again at half",
 			depth: 10, mean: 5 * ms, wantB: 5 * ms, wantLimit: 13, wantPhase: probing, wantDepth: 5},
+		{name: "fell in proportion to the depth, below the throughput: confirmed",
+			depth: 10, mean: 5 * ms, rate: 4, wantB: 5 * ms, wantLimit: 13, wantPhase: steady},
 		{name: "fell, less than the depth: the queue is gone",
 			depth: 10, mean: 7 * ms, wantB: 7 * ms, wantLimit: 13, wantPhase: steady},
 		{name: "the start's b fell: again at half",
@@ -264,6 +268,9 @@ func TestLittleProbeEnds(t *testing.T) {
 			assert.Equal(t, tt.wantPhase, l.phase)
 			if tt.wantPhase == probing {
 				assert.Equal(t, tt.wantDepth, l.probeLimit, "the next probe's limit")
+			} else {
+				// A limit the probe capped has not halved since.
+				assert.InDelta(t, tt.wantLimit, l.probedAt, 1e-6, "the limit halving counts from")
 			}
 		})
 	}
