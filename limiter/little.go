@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,7 @@ const (
 	minProbeCalls = 16               // fewest calls a probe times
 	maxProbeCalls = 128              // most calls a probe times, however noisy the RTTs
 	probeTrips    = 8                // most round trips of its depth a probe's calls take
+	signSigmas    = 1                // standard errors past one half, of a late round trip's share of calls slower than b's median
 	spreadWeight  = 0.1              // weight of a round trip in the moving spread of RTTs
 	burstRoom     = 1.3              // limit, of the most calls in flight, an on-time round trip below it keeps
 
@@ -50,7 +52,8 @@ const (
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the RTTs' spread, not their shape
 //	c = m·b/r                         calls carried without a queue (Little)
-//	late: r > (1+t)·b; full: m ≥ 0.9·limit; reached: most in flight ≥ 0.9·limit
+//	late: r > (1+t)·b, and more than half its calls slower than b's median
+//	full: m ≥ 0.9·limit; reached: most in flight ≥ 0.9·limit
 //	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one at least
 //	neither, on time:         at least 1.3 × the most in flight, if b is confirmed
@@ -71,6 +74,7 @@ type little struct {
 	limit       float64
 	b           time.Duration // no-load RTT; 0 until the start's probe ends
 	nb          float64       // calls behind b
+	bMedian     time.Duration // median RTT of b's calls
 	unconfirmed bool          // b may hold a queue, or only fast calls
 	bDepth      int           // the probe limit b was measured at; 0 for the start's
 	bAt         time.Time     // when b was last measured
@@ -85,16 +89,17 @@ type little struct {
 	// the current probe
 	probeLimit int
 	probeFrom  time.Time
-	probeTo    time.Time // end of admission under probeLimit
-	probe      trip      // its timed calls
-	probeBack  int       // its calls that have returned
-	grants     int       // permits granted into its cohort; 0 without a Limiter
-	mostIn     int       // most calls in flight at a grant during it
+	probeTo    time.Time       // end of admission under probeLimit
+	probe      trip            // its timed calls
+	probeRTTs  []time.Duration // its RTTs, for their median
+	probeBack  int             // its calls that have returned
+	grants     int             // permits granted into its cohort; 0 without a Limiter
+	mostIn     int             // most calls in flight at a grant during it
 }
 
 func newLittle(c AIMDConfig, admitAll bool) *little {
 	c = c.withDefaults()
-	l := &little{cfg: c, limit: float64(c.InitialLimit), cv: -1}
+	l := &little{cfg: c, limit: float64(c.InitialLimit), cv: -1, probeRTTs: make([]time.Duration, 0, 2*maxProbeCalls)}
 	l.need = minTripSamples
 	l.startProbeLocked(time.Time{}, c.InitialLimit)
 	if admitAll {
@@ -150,8 +155,13 @@ func (l *little) Update(s Sample) int {
 		}
 	case s.RTT < 0:
 		l.untimedLocked(s)
-	case l.win.add(s, l.need):
-		l.closeLocked(s.At)
+	default:
+		if s.Outcome == Dropped || s.RTT > l.bMedian {
+			l.win.slow++
+		}
+		if l.win.add(s, l.need) {
+			l.closeLocked(s.At)
+		}
 	}
 	l.publishLocked()
 	return l.Limit()
@@ -208,7 +218,10 @@ func (l *little) closeLocked(at time.Time) {
 	admits := math.Floor(l.limit) // what the Limiter enforces
 	full := m >= fullShare*admits
 	reached := float64(rt.maxIn) >= fullShare*admits
-	late := r > (1+t)*b
+	// A queue delays every call, so it moves the median too; a mean late
+	// with the median where it was is a tail of slow calls.
+	slower := float64(rt.slow)/float64(rt.n) > 0.5+signSigmas*0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
+	late := r > (1+t)*b && slower
 	switch {
 	case full && late && l.unconfirmed:
 		l.limit = min(target, l.limit) // b holds a queue if anything, and c errs high
@@ -304,6 +317,7 @@ func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
 	l.probeFrom, l.probeTo = at, time.Time{}
 	l.probe = trip{}
+	l.probeRTTs = l.probeRTTs[:0]
 	l.probeBack, l.grants, l.mostIn = 0, 0, 0
 }
 
@@ -345,7 +359,7 @@ func (l *little) probeLocked(s Sample) {
 	if mine {
 		l.probeBack++
 		if s.Outcome != Ignored {
-			l.probe.add(s)
+			l.probeAdd(s)
 		}
 	}
 	if l.phase == probing && max(l.grants, l.probeBack) >= l.probeCalls() {
@@ -362,6 +376,14 @@ func (l *little) probeLocked(s Sample) {
 		if l.grants > 0 && l.probeBack >= l.grants || !s.At.Before(l.probeTo.Add(wait)) {
 			l.endProbeLocked(s.At)
 		}
+	}
+}
+
+// probeAdd records one of the probe's timed calls.
+func (l *little) probeAdd(s Sample) {
+	l.probe.add(s)
+	if len(l.probeRTTs) < cap(l.probeRTTs) {
+		l.probeRTTs = append(l.probeRTTs, s.RTT)
 	}
 }
 
@@ -404,6 +426,8 @@ func (l *little) endProbeLocked(at time.Time) {
 	}
 	n := l.probe.successes()
 	m := l.probe.sumRTT / time.Duration(n)
+	slices.Sort(l.probeRTTs)
+	median := l.probeRTTs[len(l.probeRTTs)/2]
 	depth := l.probeLimit
 	// The spread counts the drops with their time: they are the probe's
 	// slow calls.
@@ -419,7 +443,7 @@ func (l *little) endProbeLocked(at time.Time) {
 	switch {
 	case l.b == 0:
 		// The start: its calls met a queue of unknown depth.
-		l.b, l.nb, l.unconfirmed, depth = m, float64(n), true, 0
+		l.b, l.bMedian, l.nb, l.unconfirmed, depth = m, median, float64(n), true, 0
 	case float64(m)*(1+t) >= float64(l.b):
 		// Agreement confirms an unconfirmed b from below its depth, or
 		// unsaturated: a probe as deep may meet the same queue.
@@ -429,6 +453,7 @@ func (l *little) endProbeLocked(at time.Time) {
 			w = 0
 		}
 		l.unconfirmed = again
+		l.bMedian = time.Duration((float64(l.bMedian)*w + float64(median)*float64(n)) / (w + float64(n)))
 		l.averageIntoB(w, float64(m), float64(n))
 	case l.probe.perSuccess() > (1+t)*float64(m):
 		// Its drops made it late: its successes' mean lacks the slow calls.
@@ -440,7 +465,7 @@ func (l *little) endProbeLocked(at time.Time) {
 		// A queue in b. If p fell in proportion to the depth, the probe's
 		// own calls may have queued too, unless it was unsaturated.
 		again = !unsaturated && (l.bDepth == 0 || float64(m)/float64(l.b) <= (1+t)*float64(depth)/float64(l.bDepth))
-		l.b, l.nb, l.unconfirmed = m, float64(n), again
+		l.b, l.bMedian, l.nb, l.unconfirmed = m, median, float64(n), again
 		l.limit = min(l.limit, (1+t)*float64(depth))
 		l.clampLocked()
 	}

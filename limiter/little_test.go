@@ -10,13 +10,13 @@ import (
 )
 
 // steadyLittle returns the default rule past its first probes, at limit
-// with b = 10 ms known from many calls and quiet RTTs, and the time its
-// next round trip opens.
+// with b = 10 ms (its median too) known from many calls and quiet RTTs,
+// and the time its next round trip opens.
 func steadyLittle(t *testing.T, limit float64) (*little, time.Time) {
 	t.Helper()
 	l := newLittle(AIMDConfig{}, true)
 	l.phase, l.probes = steady, 2
-	l.limit, l.b, l.nb, l.bAt = limit, 10*time.Millisecond, 100, t0
+	l.limit, l.b, l.bMedian, l.nb, l.bAt = limit, 10*time.Millisecond, 10*time.Millisecond, 100, t0
 	l.cv, l.spreadMean, l.spreadVar = 0.1, 10_000, 1_000_000
 	l.publishLocked()
 	return l, t0.Add(time.Second)
@@ -95,6 +95,39 @@ func TestLittleRoomForBursts(t *testing.T) {
 			l, at := steadyLittle(t, 40)
 			l.unconfirmed = tt.unconfirmed
 			feed(l, roundTrip(at, 10*time.Millisecond, 10, 34, Success))
+			assert.InDelta(t, tt.want, l.limit, 1e-6)
+		})
+	}
+}
+
+// TestLittleLateMovesTheMedian: a full round trip is late only if its
+// mean is and more than half its calls are slower than b's median: a
+// queue delays every call, while a mean made late by a few slow calls
+// (a cache's misses) is the shape of the RTTs, not a queue.
+func TestLittleLateMovesTheMedian(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name string
+		fast int           // of the 10 calls, at 5 ms; the rest at slow
+		slow time.Duration // r = 17 ms in every row, late against b = 10 ms
+		want float64
+	}{
+		// 3 calls of 10 slower than 10 ms: on time, and c = 40·10/17 is
+		// below the limit: one more.
+		{"a slow tail: on time", 7, 45 * ms, 41},
+		{"every call slower: late", 0, 17 * ms, 40 + 0.5*(1.3*40*10/17.0-40)},
+		// 6 of 10 slower is not past one half by a standard error
+		// (0.5 + 0.5·√(1/10 + 1/100) = 0.67).
+		{"slightly more than half slower: on time", 4, 25 * ms, 41},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, at := steadyLittle(t, 40)
+			trip := roundTrip(at, tt.slow, 10, 40, Success)
+			for i := range tt.fast {
+				trip[i].RTT, trip[i].At = 5*ms, at.Add(5*ms)
+			}
+			feed(l, trip)
 			assert.InDelta(t, tt.want, l.limit, 1e-6)
 		})
 	}
@@ -254,11 +287,11 @@ func TestLittleProbeEnds(t *testing.T) {
 			}
 			if tt.mean > 0 {
 				for range 16 {
-					l.probe.add(Sample{RTT: tt.mean, Outcome: Success})
+					l.probeAdd(Sample{RTT: tt.mean, Outcome: Success})
 				}
 			}
 			for range tt.overruns {
-				l.probe.add(Sample{RTT: 200 * ms, Outcome: Dropped})
+				l.probeAdd(Sample{RTT: 200 * ms, Outcome: Dropped})
 			}
 			l.mu.Lock()
 			l.endProbeLocked(at)

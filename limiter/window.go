@@ -46,6 +46,7 @@ func (w *window) close(at time.Time) trip {
 // A trip is the samples of a round trip, or of a probe.
 type trip struct {
 	n, drops int
+	slow     int           // drops, and successes slower than b's median (round trips only)
 	ignored  int           // calls that returned Ignored (round trips only)
 	sumRTT   time.Duration // of the successes
 	dropRTT  time.Duration // of the drops
