@@ -56,7 +56,7 @@ const (
 //	full: m ≥ 0.9·limit; reached: most in flight ≥ 0.9·limit
 //	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one at least
-//	neither, on time:         at least 1.3 × the most in flight, if b is confirmed
+//	neither, on time:         at least 1.3 × the most in flight
 //	neither, late:            r is averaged into b, if b is unconfirmed and r finite
 //
 // A probe holds the limit at 0.9·c until its calls are back, then judges
@@ -235,7 +235,7 @@ func (l *little) closeLocked(at time.Time) {
 		// Nothing held the load back, yet it was late: b rests on too few
 		// calls (a start's fast ones), and this round trip measures it.
 		l.averageIntoB(l.nb, r, float64(rt.n))
-	case !late && rt.drops == 0 && !l.unconfirmed:
+	case !late && rt.drops == 0:
 		// Below the capacity: room for the load's own bursts.
 		l.limit = max(l.limit, burstRoom*float64(rt.maxIn))
 	}

@@ -78,9 +78,9 @@ func TestLittleRule(t *testing.T) {
 }
 
 // TestLittleRoomForBursts: an on-time round trip below the limit keeps
-// the limit 1.3 × the most calls it had in flight, but only against a
-// confirmed b: on time against a start's b, which may hold a queue or
-// only fast calls, says nothing.
+// the limit 1.3 × the most calls it had in flight, against a start's b
+// too: a start's round trips that reach the limit on time grow it
+// anyway, and those below it would refuse the load's bursts meanwhile.
 func TestLittleRoomForBursts(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -88,7 +88,7 @@ func TestLittleRoomForBursts(t *testing.T) {
 		want        float64
 	}{
 		{"b confirmed", false, 1.3 * 34},
-		{"b unconfirmed", true, 40},
+		{"b unconfirmed", true, 1.3 * 34},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
