@@ -52,7 +52,7 @@ const (
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the RTTs' spread, not their shape
 //	c = m·b/r                         calls carried without a queue (Little)
-//	late: r > (1+t)·b, and more than half its calls slower than b's median
+//	late: r > (1+t)·b, and over half its calls slower than b's median (sign test)
 //	full: m ≥ 0.9·limit; reached: most in flight ≥ 0.9·limit
 //	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one at least
