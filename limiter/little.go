@@ -79,7 +79,7 @@ type little struct {
 	bDepth      int           // the probe limit b was measured at; 0 for the start's
 	bAt         time.Time     // when b was last measured
 	probes      int
-	probedAt    float64 // the limit when the last probe started, then as it left it
+	probedAt    float64 // the limit the last probe left
 	rate        float64 // successes per ns of the full round trip that started the probes; 0 if unknown
 	rateN       int     // the calls rate rests on
 	// moving mean (µs) and variance (µs²) of round trips' RTTs, and their cv
@@ -313,7 +313,6 @@ func (l *little) probeCalls() int {
 func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.phase = probing
 	l.probes++
-	l.probedAt = l.limit
 	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
 	l.probeFrom, l.probeTo = at, time.Time{}
 	l.probe = trip{}
