@@ -92,3 +92,15 @@ func BenchmarkTryAcquireForRelease(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkNew is what a default Limiter costs before its first call: the
+// interceptors build one per route, and most routes of a large service are
+// idle.
+func BenchmarkNew(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := New(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

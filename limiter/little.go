@@ -99,7 +99,7 @@ type little struct {
 
 func newLittle(c AIMDConfig, admitAll bool) *little {
 	c = c.withDefaults()
-	l := &little{cfg: c, limit: float64(c.InitialLimit), cv: -1, probeRTTs: make([]time.Duration, 0, 2*maxProbeCalls)}
+	l := &little{cfg: c, limit: float64(c.InitialLimit), cv: -1}
 	l.need = minTripSamples
 	l.startProbeLocked(time.Time{}, c.InitialLimit)
 	if admitAll {
@@ -381,6 +381,9 @@ func (l *little) probeLocked(s Sample) {
 // probeAdd records one of the probe's timed calls.
 func (l *little) probeAdd(s Sample) {
 	l.probe.add(s)
+	if l.probeRTTs == nil {
+		l.probeRTTs = make([]time.Duration, 0, 2*maxProbeCalls) // at the first probe: an idle route costs nothing
+	}
 	if len(l.probeRTTs) < cap(l.probeRTTs) {
 		l.probeRTTs = append(l.probeRTTs, s.RTT)
 	}
