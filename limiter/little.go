@@ -31,6 +31,7 @@ const (
 	lateSigmas    = 3                // standard errors of a round trip's mean inside the tolerance
 	downGain      = 0.5              // share of the way down to the target a late round trip moves the limit
 	fullShare     = 0.9              // calls in flight, of the limit, at which a round trip filled it
+	startShare    = 0.5              // calls in flight, of the limit, at which a start's success may grow it
 	probeDepth    = 0.9              // probe limit, of the calls the downstream carries without queue
 	probeEvery    = 30 * time.Second // how old b may grow while the limit is full
 	probeCollect  = 2                // × the longest RTT seen: how long a probe's calls may take
@@ -114,8 +115,8 @@ func (l *little) Limit() int { return int(l.current.Load()) }
 // granted counts a permit granted during a probe's admission into its
 // cohort, until the quota is filled: calls granted later may meet the
 // queue the cohort made. In the start's slow start it also tells whether
-// the grant found the limit full: by the time the call returns the limit
-// may have grown past it.
+// the grant found the limit at least half full: by the time the call
+// returns the limit may have grown past it.
 func (l *little) granted(inflight int) (cohort, full bool) {
 	if !l.careful.Load() {
 		return false, false
@@ -123,7 +124,7 @@ func (l *little) granted(inflight int) (cohort, full bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mostIn = max(l.mostIn, inflight)
-	full = l.b == 0 && l.phase != starting && float64(inflight) >= fullShare*float64(l.current.Load())
+	full = l.b == 0 && l.phase != starting && float64(inflight) >= startShare*float64(l.current.Load())
 	if l.phase == collecting || l.phase == steady || l.grants >= l.probeCalls() {
 		return false, full
 	}
@@ -390,12 +391,14 @@ func (l *little) probeAdd(s Sample) {
 }
 
 // slowStartCounts reports whether a success in the start grows the limit:
-// its grant found the limit full, counted against the limit then (without
-// a Limiter to tell, against the limit now), and its RTT is at most
-// 1 + minTolerance times the mean of the start's calls back so far. The
-// second is HyStart's exit: a success that met a queue does not grow it.
+// its grant found the limit at least half full, counted against the limit
+// then (without a Limiter to tell, against the limit now), and its RTT is
+// at most 1 + minTolerance times the mean of the start's calls back so
+// far. The first keeps the limit ahead of a load still ramping up, at most
+// twice what the downstream carried on time; the second is HyStart's exit:
+// a success that met a queue does not grow it.
 func (l *little) slowStartCounts(s Sample) bool {
-	full := s.full || l.grants == 0 && float64(s.Inflight) >= fullShare*l.limit
+	full := s.full || l.grants == 0 && float64(s.Inflight) >= startShare*l.limit
 	n := l.probe.successes()
 	return full && (n == 0 || float64(s.RTT) <= (1+minTolerance)*float64(l.probe.sumRTT)/float64(n))
 }

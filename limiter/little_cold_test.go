@@ -88,21 +88,26 @@ func TestFirstProbe(t *testing.T) {
 // moved the baseline up with the queue: p99 7.0–7.9·S. (Late round trips
 // that back off only to the threshold hold the limit a little higher, and
 // with it this p99: 6.6–7.1·S, where a full 10 % back-off gave 6.5–6.8·S.)
+// The bar is the seeds' median p99, with a looser one for any seed: one
+// seed's moves by tenths of S with any change to the start.
 func TestColdNoisyStart(t *testing.T) {
 	if testing.Short() || limiter.RaceEnabled {
 		t.Skip("make test runs it without -race")
 	}
-	const c, s = 16, 20 * time.Millisecond
+	const c, s, seeds = 16, 20 * time.Millisecond, 8
 	cases := []struct {
-		kind     string
-		maxP99   float64 // in service times, arrivals from 3 s to 6 s
-		maxLimit int     // at the end, one sample of a noisy limit; the runaways above held 78 and 109
+		kind      string
+		medianP99 float64 // over the seeds, in service times, arrivals from 3 s to 6 s
+		maxP99    float64 // of any seed
+		maxLimit  int     // at the end, one sample of a noisy limit; the runaways above held 78 and 109
+		p99s      []float64
 	}{
-		{"fifo", 6, 9 * c / 4},
-		{"ps", 7.5, 9 * c / 4},
+		{kind: "fifo", medianP99: 5.5, maxP99: 6, maxLimit: 9 * c / 4},
+		{kind: "ps", medianP99: 7, maxP99: 8, maxLimit: 9 * c / 4},
 	}
-	for _, tc := range cases {
-		for seed := uint64(1); seed <= 8; seed++ {
+	for i := range cases {
+		tc := &cases[i]
+		for seed := uint64(1); seed <= seeds; seed++ {
 			t.Run(fmt.Sprintf("%s/seed%d", tc.kind, seed), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					rep, lim := runColdStart(t, tc.kind, c, s, backend.Exponential, seed)
@@ -110,12 +115,20 @@ func TestColdNoisyStart(t *testing.T) {
 					goodput := rep.Phase(0, time.Second).Goodput / rate
 					p99 := float64(loadgen.Summarize(rep.Calls, 10*s, 3*time.Second, 6*time.Second).P99) / float64(s)
 					t.Logf("goodput %5.1f%% of ideal, p99 %.2f S, limit %d", 100*goodput, p99, lim.Limit())
+					tc.p99s = append(tc.p99s, p99)
 					assert.GreaterOrEqual(t, goodput, 0.9, "goodput / ideal")
 					assert.LessOrEqual(t, p99, tc.maxP99, "p99 in service times")
 					assert.LessOrEqual(t, lim.Limit(), tc.maxLimit, "limit at the end")
 					assert.Zero(t, lim.Inflight(), "in flight after the run")
 				})
 			})
+		}
+		if len(tc.p99s) == seeds {
+			// One seed's p99 moves by a few tenths of S with any change
+			// to the start; the seeds' median is the protection.
+			slices.Sort(tc.p99s)
+			median := (tc.p99s[seeds/2-1] + tc.p99s[seeds/2]) / 2
+			assert.LessOrEqual(t, median, tc.medianP99, "%s: median p99 of %d seeds, in service times", tc.kind, seeds)
 		}
 	}
 }

@@ -349,8 +349,8 @@ func TestLittleProbeCountsSlowCalls(t *testing.T) {
 }
 
 // TestLittleSlowStart: in the start, a success grows the limit by one when
-// its grant found the limit full, counted against the limit of that
-// moment. Counted against the limit at its return, a limit that grew in
+// its grant found the limit at least half full, counted against the limit
+// of that moment. Counted against the limit at its return, a limit that grew in
 // the meantime no longer counted its own calls, and it grew about 1.1×
 // per round trip: at C = 64, S = 100 ms and half load, 2.9 % of a fresh
 // process's calls were refused in its first 3 s.
@@ -364,10 +364,11 @@ func TestLittleSlowStart(t *testing.T) {
 		want      float64
 	}{
 		{"found the limit full, on time: one more", true, 20, 12 * ms, 26},
+		{"found the limit half full, on time: one more", true, 10, 12 * ms, 26},
 		{"found the limit full, met a queue: stays", true, 20, 14 * ms, 25},
-		{"found room: stays", true, 10, 10 * ms, 25},
-		{"without a Limiter, in flight against the limit now: stays", false, 20, 10 * ms, 25},
-		{"without a Limiter, the limit now full: one more", false, 25, 10 * ms, 26},
+		{"found it under half full: stays", true, 9, 10 * ms, 25},
+		{"without a Limiter, in flight against the limit now: stays", false, 12, 10 * ms, 25},
+		{"without a Limiter, the limit now half full: one more", false, 13, 10 * ms, 26},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
