@@ -263,6 +263,46 @@ func TestColdStartLongTail(t *testing.T) {
 	}
 }
 
+// TestColdStartRamp: a fresh limiter in front of a healthy downstream of
+// 64 workers and S = 100 ms, while its load ramps up to 0.5× or 0.8×. On
+// exponential times and with two methods the first call returns within
+// milliseconds, with a few calls in flight: the start's limit is then
+// about 20, and the load must outgrow it. Grown by one per success whose
+// grant found it 90 % full, it grew only once calls were about to be
+// refused: 1.3–5.4 % of the first 3 s (median of three seeds). From half
+// full it keeps ahead of the ramp.
+func TestColdStartRamp(t *testing.T) {
+	if testing.Short() || limiter.RaceEnabled {
+		t.Skip("make test runs it without -race")
+	}
+	const c, s = 64, 100 * time.Millisecond
+	tests := []struct {
+		dist        backend.Dist
+		load        float64
+		maxRejected float64 // median of three seeds
+	}{
+		{backend.Exponential, 0.5, 0.005},
+		{backend.Exponential, 0.8, 0.02},
+		{backend.TwoMethods, 0.5, 0.01},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%v/%.1fx", tt.dist, tt.load), func(t *testing.T) {
+			var rejected []float64
+			for seed := uint64(1); seed <= 3; seed++ {
+				synctest.Test(t, func(t *testing.T) {
+					lim, be := newLimitedBackend(t, "fifo", c, s, tt.dist, seed)
+					rep := runLoad(t, lim, be, s, tt.load*float64(c)/s.Seconds(), 3*time.Second, seed)
+					p := rep.Phase(0, 0)
+					rejected = append(rejected, float64(p.Rejected)/float64(p.Calls))
+				})
+			}
+			slices.Sort(rejected)
+			t.Logf("rejected %.4f", rejected)
+			assert.LessOrEqual(t, rejected[1], tt.maxRejected, "median share of calls rejected")
+		})
+	}
+}
+
 // TestColdStartRefusesNothing: a fresh default limiter.Limiter in front of a
 // healthy downstream (room for every call) admits what arrives, however
 // much arrives at once. Started at a limit of 20, it refused 180 of a
