@@ -35,16 +35,21 @@ frontier:
 ## (constant, exponential, bimodal cache hits/misses, lognormal, two
 ## methods of S/4 and 4·S), FIFO and processor sharing, 0.5x to 5x and a
 ## cold 5x, in virtual time: one markdown table (about 30 s on 2 cores).
+## SHAPES_SIZE=C,S (e.g. 8,200ms) runs it on another downstream than
+## 16,20ms.
+SHAPES_SIZE ?= 16,20ms
 shapes:
-	cd bench && $(GO) test . -count=1 -run '^TestShapes$$' -v -shapes | grep '^ *|'
+	cd bench && $(GO) test . -count=1 -run '^TestShapes$$' -v -shapes -shapes.size '$(SHAPES_SIZE)' | grep -E '^ *\||-shapes.size'
 
 ## starts: fresh default limiters at three sizes (C = 4, S = 2 ms; the
 ## matrix's C = 16, S = 20 ms; C = 64, S = 100 ms), every latency shape and
 ## load from the first call, beside a fixed C+8, in virtual time, and per
 ## size the cells that miss issue 29's targets (bench/starts_test.go, about
-## a minute)
+## a minute). STARTS_SIZES='8,200ms 32,50ms' runs other sizes (C,S
+## separated by spaces); STARTS_FLAGS=-starts.seed=4 other seeds.
+STARTS_SIZES ?= 4,2ms 16,20ms 64,100ms
 starts:
-	cd bench && $(GO) test . -count=1 -run '^TestStarts$$' -v -starts $(STARTS_FLAGS) | grep -E '^ *(\||Cells )'
+	cd bench && $(GO) test . -count=1 -run '^TestStarts$$' -v -starts -starts.sizes '$(STARTS_SIZES)' $(STARTS_FLAGS) | grep -E '^ *(\||Cells )|-starts.sizes'
 
 ## bench: the micro benchmarks of the root module, then bench/'s peer
 ## comparison: micro benchmarks, gRPC overhead, and the ~3 min overload run

@@ -80,14 +80,46 @@ func setMatrixSize(size string) error {
 	if size == "" {
 		return nil
 	}
-	cs, ss, ok := strings.Cut(size, ",")
+	sz, err := parseSize("-matrix.size", size)
+	if err != nil {
+		return err
+	}
+	matrixC, matrixS, matrixSlowS = sz.c, sz.s, 5*sz.s
+	return nil
+}
+
+// A size is a downstream: c workers serving calls of mean s.
+type size struct {
+	c int
+	s time.Duration
+}
+
+// parseSize parses "C,S" (e.g. 64,100ms), the value of the flag named.
+func parseSize(flagName, v string) (size, error) {
+	cs, ss, ok := strings.Cut(v, ",")
 	c, errC := strconv.Atoi(strings.TrimSpace(cs))
 	s, errS := time.ParseDuration(strings.TrimSpace(ss))
 	if !ok || errC != nil || errS != nil || c < 2 || s <= 0 {
-		return fmt.Errorf("-matrix.size %q: want C,S with C ≥ 2 workers and S > 0, e.g. 64,100ms", size)
+		return size{}, fmt.Errorf("%s %q: want C,S with C ≥ 2 workers and S > 0, e.g. 64,100ms", flagName, v)
 	}
-	matrixC, matrixS, matrixSlowS = c, s, 5*s
-	return nil
+	return size{c, s}, nil
+}
+
+// parseSizes parses sizes "C,S" separated by spaces, the value of the
+// flag named.
+func parseSizes(flagName, v string) ([]size, error) {
+	var out []size
+	for _, f := range strings.Fields(v) {
+		sz, err := parseSize(flagName, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sz)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s %q: want one or more C,S separated by spaces, e.g. '8,200ms 32,50ms'", flagName, v)
+	}
+	return out, nil
 }
 
 // matrixStatic is the static row's limit: told C, it admits C + 8.
@@ -958,7 +990,37 @@ func TestSetMatrixSize(t *testing.T) {
 	assert.Equal(t, 25*time.Millisecond, methodsFast())
 
 	for _, bad := range []string{"64", "x,20ms", "1,20ms", "16,0s", "16,-1ms", "16,fast"} {
+		assert.ErrorContains(t, setMatrixSize(bad), "-matrix.size", bad)
 		assert.ErrorContains(t, setMatrixSize(bad), "want C,S", bad)
+	}
+}
+
+// TestParseSizes: -starts.sizes and -shapes.size take the sizes of
+// -matrix.size, several separated by spaces, and name the flag when wrong.
+func TestParseSizes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []size
+		err  string
+	}{
+		{in: "16,20ms", want: []size{{16, 20 * time.Millisecond}}},
+		{in: " 8,200ms  32,50ms ", want: []size{{8, 200 * time.Millisecond}, {32, 50 * time.Millisecond}}},
+		{in: "", err: "want one or more C,S"},
+		{in: "   ", err: "want one or more C,S"},
+		{in: "8,200ms 32", err: `"32": want C,S`},
+		{in: "8;200ms", err: "want C,S"},
+		{in: "1,1ms", err: "C ≥ 2"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseSizes("-starts.sizes", tc.in)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				assert.ErrorContains(t, err, "-starts.sizes")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,8 +16,9 @@ import (
 )
 
 var (
-	shapes    = flag.Bool("shapes", false, "run TestShapes: the default limit beside a fixed C+8 on every latency shape and load, in virtual time (a few minutes)")
-	shapesAlg = flag.String("shapes.alg", "aimd", "TestShapes: the algorithm beside C+8: aimd (the default), vegas or gradient2")
+	shapes     = flag.Bool("shapes", false, "run TestShapes: the default limit beside a fixed C+8 on every latency shape and load, in virtual time (a few minutes)")
+	shapesAlg  = flag.String("shapes.alg", "aimd", "TestShapes: the algorithm beside C+8: aimd (the default), vegas or gradient2")
+	shapesSize = flag.String("shapes.size", "16,20ms", "TestShapes: the downstream, C,S (C workers, mean service time S)")
 )
 
 // shapeAlgorithm is the algorithm -shapes.alg names; nil is the default.
@@ -43,7 +43,10 @@ func TestShapes(t *testing.T) {
 	if !*shapes {
 		t.Skip("a measurement, not a check: run with -shapes")
 	}
-	const c, s, seeds = 16, 20 * time.Millisecond, 2
+	sz, err := parseSize("-shapes.size", *shapesSize)
+	require.NoError(t, err)
+	const seeds = 2
+	c, s := sz.c, sz.s
 	type row struct {
 		name   string
 		load   float64

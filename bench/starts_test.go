@@ -23,15 +23,10 @@ var (
 	starts       = flag.Bool("starts", false, "run TestStarts: fresh default limiters at three sizes, every latency shape and load from the first call, beside a fixed C+8, in virtual time (about a minute)")
 	startsServer = flag.Bool("starts.server", false, "TestStarts reports overruns as a server interceptor does: one within twice the learned RTT is Ignored")
 	startsSeed   = flag.Uint64("starts.seed", 1, "TestStarts runs seeds starts.seed to starts.seed+2")
+	// The default: the overload matrix's C = 16, S = 20 ms between a small
+	// fast downstream and a large slow one, which the rule was not tuned on.
+	startsSizes = flag.String("starts.sizes", "4,2ms 16,20ms 64,100ms", "TestStarts: the downstreams, C,S separated by spaces (C workers, mean service time S)")
 )
-
-// startSizes are the downstreams TestStarts runs: the overload matrix's
-// C = 16, S = 20 ms between a small fast one and a large slow one, which
-// the rule was not tuned on.
-var startSizes = []struct {
-	c int
-	s time.Duration
-}{{4, 2 * time.Millisecond}, {16, 20 * time.Millisecond}, {64, 100 * time.Millisecond}}
 
 // TestStarts prints, for each size, backend, latency shape and load, what
 // a fresh default limiter does from its first call, beside a fixed limit
@@ -50,7 +45,9 @@ func TestStarts(t *testing.T) {
 	var mu sync.Mutex
 	rows := map[string][]startResult{}
 	var order []string
-	for _, sz := range startSizes {
+	sizes, err := parseSizes("-starts.sizes", *startsSizes)
+	require.NoError(t, err)
+	for _, sz := range sizes {
 		for _, kind := range []string{"fifo", "ps"} {
 			for _, d := range dists {
 				key := fmt.Sprintf("C=%d S=%v %s %v", sz.c, sz.s, kind, d)
