@@ -146,6 +146,9 @@ type Shape struct {
 	Duration time.Duration
 	// Algorithm makes the limiter's algorithm; nil is the default.
 	Algorithm limiter.AlgorithmConfig
+	// Tick, if set, is called at the end of every second with the calls
+	// that finished in it and the limiter's limit and calls in flight.
+	Tick func(w loadgen.Window, limit, inflight int)
 }
 
 // A ShapeResult summarizes a Shape's load after its first 4 s: goodput as
@@ -193,9 +196,12 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 		},
 		Deadline: 10 * s,
 		Seed:     r.Seed,
-		Tick: func(loadgen.Window) {
+		Tick: func(w loadgen.Window) {
 			limitSum += float64(lim.Limit())
 			limitN++
+			if r.Tick != nil {
+				r.Tick(w, lim.Limit(), lim.Inflight())
+			}
 		},
 		Call: func(ctx context.Context) error {
 			if r.Refuse > 0 && n.Add(1)%int64(r.Refuse) == 0 {
