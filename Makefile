@@ -44,14 +44,15 @@ shapes:
 ## timeline: one row of shapes second by second: the limit and calls in
 ## flight at the end of each second and the calls that finished in it,
 ## then the row's summary, in virtual time (seconds). TIMELINE names the
-## row (default 'fifo bimodal 2x'), TIMELINE_SIZE the downstream (C,S);
-## TIMELINE_FLAGS='-timeline.seed=3 -timeline.cold -timeline.duration=60s
-## -timeline.fixed=24' pick a seed, a cold start, the load's length, or a
-## fixed limit instead of the default.
+## row as make shapes does ('fifo bimodal 2x', the default; 'ps methods
+## quota'; 'fifo lognormal cold 5x'), TIMELINE_SIZE the downstream (C,S);
+## TIMELINE_FLAGS='-timeline.seed=3 -timeline.duration=60s
+## -timeline.fixed=24' pick a seed, the load's length, or a fixed limit
+## instead of the default.
 TIMELINE      ?= fifo bimodal 2x
 TIMELINE_SIZE ?= 16,20ms
 timeline:
-	cd bench && $(GO) test . -count=1 -run '^TestTimeline$$' -v -timeline -timeline.case '$(TIMELINE)' -timeline.size '$(TIMELINE_SIZE)' $(TIMELINE_FLAGS) | grep -E '^ *(\||after|[a-z]+ [a-z]+ [0-9.]+x)|-timeline'
+	cd bench && $(GO) test . -count=1 -run '^TestTimeline$$' -v -timeline -timeline.case '$(TIMELINE)' -timeline.size '$(TIMELINE_SIZE)' $(TIMELINE_FLAGS) | grep -E '^ *(\||from 7|(fifo|ps) )|-timeline'
 
 ## starts: fresh default limiters at three sizes (C = 4, S = 2 ms; the
 ## matrix's C = 16, S = 20 ms; C = 64, S = 100 ms), every latency shape and
