@@ -36,6 +36,18 @@ func shapeAlgorithm(t *testing.T) limiter.AlgorithmConfig {
 	return nil
 }
 
+// A shapeLoad is one of TestShapes' loads, named as its rows end.
+type shapeLoad struct {
+	name   string
+	load   float64 // a multiple of C/S
+	refuse int     // every refuse-th call is refused by the handler; 0 none
+	cold   bool    // the load from the first call, no warm-up at half load
+}
+
+// shapeLoads are TestShapes' loads; -timeline.case names them too.
+var shapeLoads = []shapeLoad{{"0.5x", 0.5, 0, false}, {"0.8x", 0.8, 0, false}, {"quota", 0.7, 33, false},
+	{"1x", 1, 0, false}, {"2x", 2, 0, false}, {"5x", 5, 0, false}, {"cold 5x", 5, 0, true}}
+
 // TestShapes prints, for every latency shape, backend and load, the
 // default limit beside a fixed limit told C + 8: the targets of
 // docs/design.md ("Defaults that protect") as a table, means over seeds,
@@ -49,23 +61,15 @@ func TestShapes(t *testing.T) {
 	require.NoError(t, err)
 	const seeds = 2
 	c, s := sz.c, sz.s
-	type row struct {
-		name   string
-		load   float64
-		refuse int
-		cold   bool
-	}
-	rows := []row{{"0.5x", 0.5, 0, false}, {"0.8x", 0.8, 0, false}, {"quota", 0.7, 33, false},
-		{"1x", 1, 0, false}, {"2x", 2, 0, false}, {"5x", 5, 0, false}, {"cold 5x", 5, 0, true}}
 	dists := []backend.Dist{backend.Constant, backend.Exponential, backend.Bimodal, backend.Lognormal, backend.TwoMethods}
 	var mu sync.Mutex
 	lines := map[string]string{}
 	results := map[string][2]limitload.ShapeResult{}
-	loads := map[string]row{}
+	loads := map[string]shapeLoad{}
 	var order []string
 	for _, d := range dists {
 		for _, kind := range []string{"fifo", "ps"} {
-			for _, rw := range rows {
+			for _, rw := range shapeLoads {
 				key := fmt.Sprintf("%s %v %s", kind, d, rw.name)
 				order = append(order, key)
 				loads[key] = rw

@@ -29,26 +29,20 @@ var (
 
 // A timelineRow is what -timeline.case names: a row of TestShapes.
 type timelineRow struct {
-	kind   string
-	dist   backend.Dist
-	load   float64
-	refuse int  // every refuse-th call is refused by the handler
-	cold   bool // the load from the first call
+	kind string
+	dist backend.Dist
+	shapeLoad
 }
 
 // parseTimelineCase parses a row's name as TestShapes prints it: a
-// backend, a latency shape and a load, "fifo bimodal 2x", "ps methods
-// quota" or "fifo lognormal cold 5x".
+// backend, a latency shape and one of shapeLoads or any multiple of C/S,
+// "fifo bimodal 2x", "ps methods quota" or "fifo lognormal cold 5x".
 func parseTimelineCase(v string) (timelineRow, error) {
 	f := strings.Fields(v)
 	bad := func(why string) (timelineRow, error) {
 		return timelineRow{}, fmt.Errorf("-timeline.case %q: %s; want a backend, a shape and a load as make shapes names a row, e.g. 'fifo bimodal 2x', 'ps methods quota' or 'fifo lognormal cold 5x'", v, why)
 	}
-	var row timelineRow
-	if len(f) == 4 && f[2] == "cold" {
-		row.cold, f = true, append(f[:2], f[3])
-	}
-	if len(f) != 3 {
+	if len(f) != 3 && (len(f) != 4 || f[2] != "cold") {
 		return bad("not a backend, a shape and a load")
 	}
 	if f[0] != "fifo" && f[0] != "ps" {
@@ -58,16 +52,20 @@ func parseTimelineCase(v string) (timelineRow, error) {
 	if err != nil {
 		return bad(err.Error())
 	}
-	row.kind, row.dist = f[0], d
-	if f[2] == "quota" && !row.cold {
-		row.load, row.refuse = 0.7, 33 // as TestShapes' quota row
-		return row, nil
+	row := timelineRow{kind: f[0], dist: d}
+	name := strings.Join(f[2:], " ")
+	for _, l := range shapeLoads {
+		if l.name == name {
+			row.shapeLoad = l
+			return row, nil
+		}
 	}
-	load, err := strconv.ParseFloat(strings.TrimSuffix(f[2], "x"), 64)
-	if err != nil || load <= 0 || !strings.HasSuffix(f[2], "x") {
-		return bad("load " + f[2] + " is neither quota nor a multiple of C/S such as 0.8x")
+	multiple := f[len(f)-1]
+	load, err := strconv.ParseFloat(strings.TrimSuffix(multiple, "x"), 64)
+	if err != nil || load <= 0 || !strings.HasSuffix(multiple, "x") {
+		return bad("load " + multiple + " is neither quota nor a multiple of C/S such as 0.8x")
 	}
-	row.load = load
+	row.shapeLoad = shapeLoad{name: name, load: load, cold: len(f) == 4}
 	return row, nil
 }
 
@@ -120,10 +118,11 @@ func TestParseTimelineCase(t *testing.T) {
 		want timelineRow
 		err  string
 	}{
-		{in: "fifo bimodal 2x", want: timelineRow{kind: "fifo", dist: backend.Bimodal, load: 2}},
-		{in: " ps  methods 0.8x ", want: timelineRow{kind: "ps", dist: backend.TwoMethods, load: 0.8}},
-		{in: "ps lognormal quota", want: timelineRow{kind: "ps", dist: backend.Lognormal, load: 0.7, refuse: 33}},
-		{in: "fifo constant cold 5x", want: timelineRow{kind: "fifo", dist: backend.Constant, load: 5, cold: true}},
+		{in: "fifo bimodal 2x", want: timelineRow{"fifo", backend.Bimodal, shapeLoad{name: "2x", load: 2}}},
+		{in: " ps  methods 0.8x ", want: timelineRow{"ps", backend.TwoMethods, shapeLoad{name: "0.8x", load: 0.8}}},
+		{in: "ps lognormal quota", want: timelineRow{"ps", backend.Lognormal, shapeLoad{name: "quota", load: 0.7, refuse: 33}}},
+		{in: "fifo constant cold 5x", want: timelineRow{"fifo", backend.Constant, shapeLoad{name: "cold 5x", load: 5, cold: true}}},
+		{in: "fifo constant cold 3x", want: timelineRow{"fifo", backend.Constant, shapeLoad{name: "cold 3x", load: 3, cold: true}}},
 		{in: "fifo bimodal", err: "not a backend, a shape and a load"},
 		{in: "fifo bimodal warm 2x", err: "not a backend, a shape and a load"},
 		{in: "fifo bimodal cold quota", err: "neither quota nor"},
