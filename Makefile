@@ -37,10 +37,16 @@ frontier:
 ## cold 5x, in virtual time: one markdown table, then the mean goodput
 ## over the overloaded rows and the rows that miss issue 29's targets
 ## against C+8 (about 30 s on 2 cores). SHAPES_SIZE=C,S (e.g. 8,200ms)
-## runs it on another downstream than 16,20ms.
+## runs it on another downstream than 16,20ms, and several sizes
+## separated by spaces one after the other ('16,20ms 16,100ms 8,200ms');
+## SHAPES_FLAGS=-shapes.scaled gives the run's phases the calls they have
+## at S = 20 ms (warm-up, load and the seconds left out × S/20ms).
 SHAPES_SIZE ?= 16,20ms
 shapes:
-	cd bench && $(GO) test . -count=1 -run '^TestShapes$$' -v -shapes -shapes.size '$(SHAPES_SIZE)' | grep -E '^ *(\||Mean goodput|Rows missing|- )|-shapes.size'
+	@set -e; for sz in $(SHAPES_SIZE); do \
+		(cd bench && $(GO) test . -count=1 -run '^TestShapes$$' -v -shapes -shapes.size "$$sz" $(SHAPES_FLAGS)) | \
+			grep -E '^ *(\||Mean goodput|Rows missing|- |C = )|-shapes'; \
+	done
 
 ## timeline: one row of shapes second by second: the limit and calls in
 ## flight at the end of each second and the calls that finished in it,

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,9 +18,10 @@ import (
 )
 
 var (
-	shapes     = flag.Bool("shapes", false, "run TestShapes: the default limit beside a fixed C+8 on every latency shape and load, in virtual time (a few minutes)")
-	shapesAlg  = flag.String("shapes.alg", "aimd", "TestShapes: the algorithm beside C+8: aimd (the default), vegas or gradient2")
-	shapesSize = flag.String("shapes.size", "16,20ms", "TestShapes: the downstream, C,S (C workers, mean service time S)")
+	shapes       = flag.Bool("shapes", false, "run TestShapes: the default limit beside a fixed C+8 on every latency shape and load, in virtual time (a few minutes)")
+	shapesAlg    = flag.String("shapes.alg", "aimd", "TestShapes: the algorithm beside C+8: aimd (the default), vegas or gradient2")
+	shapesSize   = flag.String("shapes.size", "16,20ms", "TestShapes: the downstream, C,S (C workers, mean service time S)")
+	shapesScaled = flag.Bool("shapes.scaled", false, "TestShapes: the warm-up, the load and the seconds left out scaled by S/20ms, so that every S has the calls S = 20 ms has")
 )
 
 // shapeAlgorithm is the algorithm -shapes.alg names; nil is the default.
@@ -61,6 +63,10 @@ func TestShapes(t *testing.T) {
 	require.NoError(t, err)
 	const seeds = 2
 	c, s := sz.c, sz.s
+	scale := 1.0
+	if *shapesScaled {
+		scale = float64(s) / float64(20*time.Millisecond)
+	}
 	dists := []backend.Dist{backend.Constant, backend.Exponential, backend.Bimodal, backend.Lognormal, backend.TwoMethods}
 	var mu sync.Mutex
 	lines := map[string]string{}
@@ -79,7 +85,7 @@ func TestShapes(t *testing.T) {
 					for i, alg := range []limiter.AlgorithmConfig{shapeAlgorithm(t), limiter.FixedConfig{Limit: c + 8}} {
 						for seed := uint64(1); seed <= seeds; seed++ {
 							synctest.Test(t, func(t *testing.T) {
-								r, err := limitload.RunShape(limitload.Shape{Kind: kind, Dist: d, Load: rw.load, Refuse: rw.refuse, Cold: rw.cold, Seed: seed, Algorithm: alg}, c, s)
+								r, err := limitload.RunShape(limitload.Shape{Kind: kind, Dist: d, Load: rw.load, Refuse: rw.refuse, Cold: rw.cold, Seed: seed, Scale: scale, Algorithm: alg}, c, s)
 								require.NoError(t, err)
 								res[i].Good += r.Good / seeds
 								res[i].P99 += r.P99 / seeds
@@ -100,7 +106,7 @@ func TestShapes(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		var out strings.Builder
-		fmt.Fprintf(&out, "C = %d, S = %v, means of %d seeds; %s | fixed C+8\n\n", c, s, seeds, *shapesAlg)
+		fmt.Fprintf(&out, "C = %d, S = %v, means of %d seeds, phases × %.3g; %s | fixed C+8\n\n", c, s, seeds, scale, *shapesAlg)
 		fmt.Fprintln(&out, "| case | good | p99/S | rejected | limit/C | C+8 good | p99/S | rejected |")
 		fmt.Fprintln(&out, "|---|---:|---:|---:|---:|---:|---:|---:|")
 		for _, k := range order {

@@ -144,6 +144,10 @@ type Shape struct {
 	Seed   uint64
 	// Duration of the load, after 3 s at half load (unless Cold); 0 is 20 s.
 	Duration time.Duration
+	// Scale multiplies the warm-up, the default Duration and the first 4 s
+	// the summary leaves out; 0 is 1. S/20ms gives every S the calls the
+	// run has at S = 20 ms.
+	Scale float64
 	// Algorithm makes the limiter's algorithm; nil is the default.
 	Algorithm limiter.AlgorithmConfig
 	// Tick, if set, is called at the end of every second with the calls
@@ -184,14 +188,20 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 	if r.Cold {
 		warm = r.Load * rate
 	}
+	scale := func(d time.Duration) time.Duration {
+		if r.Scale == 0 {
+			return d
+		}
+		return time.Duration(float64(d) * r.Scale)
+	}
 	if r.Duration == 0 {
-		r.Duration = 20 * time.Second
+		r.Duration = scale(20 * time.Second)
 	}
 	var n atomic.Int64
 	var limitSum, limitN float64
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
 		Phases: []loadgen.Phase{
-			{Name: "warm-up", Duration: 3 * time.Second, Rate: warm},
+			{Name: "warm-up", Duration: scale(3 * time.Second), Rate: warm},
 			{Name: "load", Duration: r.Duration, Rate: r.Load * rate},
 		},
 		Deadline: 10 * s,
@@ -223,7 +233,7 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 	if n := lim.Inflight(); n != 0 {
 		return ShapeResult{}, fmt.Errorf("%d calls in flight after the run", n)
 	}
-	p := rep.Phase(1, 4*time.Second)
+	p := rep.Phase(1, scale(4*time.Second))
 	ideal := min(p.Offered, rate) * (1 - float64(p.Failed)/float64(p.Calls))
 	return ShapeResult{
 		Good:      p.Goodput / ideal,

@@ -3,6 +3,7 @@ package limitload
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -55,6 +56,26 @@ func TestRunShape(t *testing.T) {
 		assert.Less(t, r.Refused, 0.1, "a tenth of the calls that got a permit")
 		assert.Greater(t, r.Rejected, 0.5)
 	})
+}
+
+// TestRunShapeScale: Scale stretches the warm-up and the default load
+// alike, so a run of 3 s + 20 s ticks 23 times, and half as many at 0.5.
+func TestRunShapeScale(t *testing.T) {
+	for _, tt := range []struct {
+		scale     float64
+		wantTicks int
+	}{{0, 23}, {1, 23}, {0.5, 11}} {
+		t.Run(fmt.Sprint(tt.scale), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ticks := 0
+				_, err := RunShape(Shape{Kind: "fifo", Load: 0.5, Seed: 1, Scale: tt.scale,
+					Algorithm: limiter.FixedConfig{Limit: 16},
+					Tick:      func(loadgen.Window, int, int) { ticks++ }}, 8, 10*time.Millisecond)
+				require.NoError(t, err)
+				assert.InDelta(t, tt.wantTicks, ticks, 1)
+			})
+		})
+	}
 }
 
 func TestRunShapeRejectsABadAlgorithm(t *testing.T) {
