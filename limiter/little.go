@@ -33,7 +33,8 @@ const (
 	fullShare     = 0.9              // calls in flight, of the limit, at which a round trip filled it
 	startShare    = 0.5              // calls in flight, of the limit, at which a start's success may grow it
 	probeDepth    = 0.9              // probe limit, of the calls the downstream carries without queue
-	probeEvery    = 30 * time.Second // how old b may grow while the limit is full
+	probeEvery    = 30 * time.Second // age of b, at least, at which a full limit probes
+	probeAge      = 1500             // age of b in b's, at least, at which a full limit probes
 	probeCollect  = 2                // × the longest RTT seen: how long a probe's calls may take
 	minProbeCalls = 16               // fewest calls a probe times
 	maxProbeCalls = 128              // most calls a probe times, however noisy the RTTs
@@ -62,7 +63,7 @@ const (
 //
 // A probe holds the limit at 0.9·c until its calls are back, then judges
 // b by their mean (endProbeLocked). A full limit probes when b is 30 s
-// old, the limit has halved, or a late round trip doubts b.
+// and 1500 b's old, the limit has halved, or a late round trip doubts b.
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
@@ -262,7 +263,7 @@ func (l *little) averageIntoB(w, mean, n float64) {
 // slowed), or a late round trip doubts a b that is unconfirmed or rests
 // on too few calls for the spread.
 func (l *little) reprobeLocked(at time.Time, late bool) bool {
-	return at.Sub(l.bAt) >= probeEvery || l.limit <= l.probedAt/2 ||
+	return at.Sub(l.bAt) >= max(probeEvery, probeAge*l.b) || l.limit <= l.probedAt/2 ||
 		late && (l.unconfirmed || l.nb < float64(l.need)/2)
 }
 

@@ -176,10 +176,18 @@ func TestLittlePhases(t *testing.T) {
 	}{
 		{"steady stays steady", nil,
 			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, steady},
-		{"b 30 s old, full: probe", func(l *little) { l.bAt = t0.Add(-time.Minute) },
+		{"b 30 s old, full: probe", func(l *little) { l.bAt = t0.Add(-30 * time.Second) },
 			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, probing},
-		{"b 30 s old, not full: no probe", func(l *little) { l.bAt = t0.Add(-time.Minute) },
+		{"b 30 s old, not full: no probe", func(l *little) { l.bAt = t0.Add(-30 * time.Second) },
 			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 5, Success) }, steady},
+		{"b 1500 b's old but not 30 s, full: no probe", func(l *little) { l.bAt = t0.Add(-27 * time.Second) },
+			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, steady},
+		{"b 30 s old but not 1500 b's, full: no probe", func(l *little) {
+			l.b, l.bMedian, l.bAt = 100*ms, 100*ms, t0.Add(-time.Minute)
+		}, func(at time.Time) []Sample { return roundTrip(at, 100*ms, 10, 40, Success) }, steady},
+		{"b 1500 b's old, full: probe", func(l *little) {
+			l.b, l.bMedian, l.bAt = 100*ms, 100*ms, t0.Add(-150*time.Second)
+		}, func(at time.Time) []Sample { return roundTrip(at, 100*ms, 10, 40, Success) }, probing},
 		{"after the start, full and on time: no probe", func(l *little) { l.unconfirmed = true },
 			func(at time.Time) []Sample { return roundTrip(at, 10*ms, 10, 40, Success) }, steady},
 		{"b on too few calls, late: probe", func(l *little) { l.nb = 2 },
