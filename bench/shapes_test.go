@@ -145,16 +145,25 @@ type verdict struct{ rejected, good, p99 bool }
 // 1.1 × C + 8's. Goodput is capped at 1 of ideal, since above it a limit
 // counts fast calls while slow ones overrun.
 func judge(load float64, quota bool, r, fixed limitload.ShapeResult) verdict {
-	good, fixedGood := min(r.Good, 1), min(fixed.Good, 1)
+	lowGood := min(r.Good, 1) < min(fixed.Good, 1)-goodSlack(load)
 	switch {
 	case quota:
 		return verdict{rejected: r.Rejected > 0.005}
 	case load < 1:
 		return verdict{rejected: r.Rejected > 0.001}
 	case load == 1:
-		return verdict{good: good < fixedGood-0.02}
+		return verdict{good: lowGood}
 	}
-	return verdict{good: good < fixedGood-0.01, p99: r.P99 > 1.1*fixed.P99}
+	return verdict{good: lowGood, p99: r.P99 > 1.1*fixed.P99}
+}
+
+// goodSlack is how far below C + 8's goodput the default's may read at
+// load (1× and above).
+func goodSlack(load float64) float64 {
+	if load == 1 {
+		return 0.02
+	}
+	return 0.01
 }
 
 // missesTarget says how a row of the default limit misses issue 29's
@@ -166,11 +175,7 @@ func missesTarget(load float64, quota bool, r, fixed limitload.ShapeResult) stri
 		why = append(why, fmt.Sprintf("%.2f %% rejected", 100*r.Rejected))
 	}
 	if v.good {
-		slack := 0.01
-		if load == 1 {
-			slack = 0.02
-		}
-		why = append(why, fmt.Sprintf("goodput %.3f < %.3f − %.2f", min(r.Good, 1), min(fixed.Good, 1), slack))
+		why = append(why, fmt.Sprintf("goodput %.3f < %.3f − %.2f", min(r.Good, 1), min(fixed.Good, 1), goodSlack(load)))
 	}
 	if v.p99 {
 		why = append(why, fmt.Sprintf("p99 %.2f·S > 1.1 × %.2f·S", r.P99, fixed.P99))

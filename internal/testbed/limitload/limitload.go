@@ -188,12 +188,10 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 	if r.Cold {
 		warm = r.Load * rate
 	}
-	scale := func(d time.Duration) time.Duration {
-		if r.Scale == 0 {
-			return d
-		}
-		return time.Duration(float64(d) * r.Scale)
+	if r.Scale == 0 {
+		r.Scale = 1
 	}
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * r.Scale) }
 	if r.Duration == 0 {
 		r.Duration = scale(20 * time.Second)
 	}
