@@ -140,6 +140,13 @@ func (e *env) stop() { e.gs.Stop() }
 // gracefulStop stops the server once every call has finished.
 func (e *env) gracefulStop() { e.gs.GracefulStop() }
 
+// settle waits for every call the server received to finish, stopping
+// it, and returns how many permits came back that no one awaited.
+func (e *env) settle() int {
+	e.gracefulStop()
+	return len(e.releases)
+}
+
 func (e *env) coreOf(s *Server) *core {
 	if s == nil {
 		return nil
