@@ -113,11 +113,9 @@ func newLittle(c AIMDConfig, admitAll bool) *little {
 
 func (l *little) Limit() int { return int(l.current.Load()) }
 
-// granted counts a permit granted during a probe's admission into its
-// cohort, until the quota is filled: calls granted later may meet the
-// queue the cohort made. In the start's slow start it also tells whether
-// the grant found the limit at least half full: by the time the call
-// returns the limit may have grown past it.
+// granted counts a grant into the probe's cohort until its quota is filled
+// (later grants may meet the cohort's queue), and tells the start's slow
+// start whether it found the limit half full, as the limit was then.
 func (l *little) granted(inflight int) (cohort, full bool) {
 	if !l.careful.Load() {
 		return false, false
@@ -169,9 +167,8 @@ func (l *little) Update(s Sample) int {
 	return l.Limit()
 }
 
-// untimedLocked applies a call without an RTT (a stream): a drop backs
-// off; a success that found the limit full adds a round trip's step
-// divided among the limit's calls.
+// untimedLocked applies a call without an RTT (a stream): a drop backs off;
+// a success that found the limit full grows it by 1/limit.
 func (l *little) untimedLocked(s Sample) {
 	if s.Outcome == Dropped {
 		l.limit = max(l.limit*l.cfg.BackoffRatio, float64(l.cfg.MinLimit))
@@ -197,9 +194,8 @@ func (l *little) closeLocked(at time.Time) {
 	rt := l.win.close(at)
 	l.observeSpreadLocked(rt)
 	if l.b != 0 && rt.toldNothing(l.unconfirmed) {
-		// Only overruns a server ignores (a caller may choose them): if b
-		// holds a queue, no call may succeed again. Only a probe's
-		// successes move the limit, so a caller cannot.
+		// Only overruns a server ignores, which a caller may choose: only a
+		// probe's successes move the limit, and a queue in b would hold it.
 		l.rate = 0
 		l.startProbeLocked(at, int(l.limit)/2)
 		return
@@ -258,10 +254,8 @@ func (l *little) averageIntoB(w, mean, n float64) {
 	l.nb = w + n
 }
 
-// reprobeLocked reports whether a full limit needs b measured again: b
-// is old, the limit has halved since the last probe (the downstream
-// slowed), or a late round trip doubts a b that is unconfirmed or rests
-// on too few calls for the spread.
+// reprobeLocked reports whether a full limit measures b again: b is old,
+// the limit halved since the last probe, or a late round trip doubts b.
 func (l *little) reprobeLocked(at time.Time, late bool) bool {
 	return at.Sub(l.bAt) >= max(probeEvery, probeAge*l.b) || l.limit <= l.probedAt/2 ||
 		late && (l.unconfirmed || l.nb < float64(l.need)/2)
@@ -274,10 +268,8 @@ func (l *little) tolerance(n1, n2 float64) float64 {
 	return max(minTolerance, lateSigmas*cv*math.Sqrt(1/max(n1, 1)+1/max(n2, 1)))
 }
 
-// observeSpreadLocked folds a round trip's RTT variance into the moving
-// spread and sizes the round trips to come. It averages variances, not
-// coefficients: most round trips of a few calls miss a shape's rare slow
-// calls, and the mean of their square roots reads low.
+// observeSpreadLocked folds a round trip's variance, not its cv, into the
+// moving spread: small round trips miss rare slow calls, and √ reads low.
 func (l *little) observeSpreadLocked(rt trip) {
 	l.longest = max(rt.maxRTT, l.longest*7/8)
 	mean, variance, ok := rt.moments()
@@ -295,8 +287,7 @@ func (l *little) observeSpreadLocked(rt trip) {
 }
 
 // samplesNeeded is how many samples put a round trip's mean within
-// minTolerance by lateSigmas standard errors, for RTTs of coefficient of
-// variation cv (negative if unknown).
+// minTolerance by lateSigmas standard errors at cv (negative: unknown).
 func samplesNeeded(cv float64) int {
 	if cv < 0 {
 		return minTripSamples
@@ -306,8 +297,7 @@ func samplesNeeded(cv float64) int {
 }
 
 // probeCalls is how many calls a probe times: enough for the spread, but
-// no more than probeTrips round trips at its depth, since it holds every
-// other call out meanwhile.
+// at most probeTrips round trips at its depth, since it holds others out.
 func (l *little) probeCalls() int {
 	return min(max(l.need, minProbeCalls), maxProbeCalls, max(minProbeCalls, probeTrips*l.probeLimit))
 }
@@ -346,9 +336,8 @@ func (l *little) probeLocked(s Sample) {
 		mine = !start.Before(l.probeFrom) && (l.phase == probing || !start.After(l.probeTo))
 	}
 	if l.b == 0 {
-		// The start's slow start: one more per success that found the
-		// limit full and met no queue, a backoff per drop, until its
-		// probe ends.
+		// The start's slow start, until its probe ends: one more per success
+		// that found the limit full and met no queue, a backoff per drop.
 		switch {
 		case s.Outcome == Dropped:
 			l.limit *= l.cfg.BackoffRatio
@@ -360,7 +349,10 @@ func (l *little) probeLocked(s Sample) {
 	if mine {
 		l.probeBack++
 		if s.Outcome != Ignored {
-			l.probeAdd(s)
+			l.probe.add(s)
+			if len(l.probeRTTs) < 2*maxProbeCalls { // a bound on memory
+				l.probeRTTs = append(l.probeRTTs, s.RTT)
+			}
 		}
 	}
 	if l.phase == probing && max(l.grants, l.probeBack) >= l.probeCalls() {
@@ -380,24 +372,10 @@ func (l *little) probeLocked(s Sample) {
 	}
 }
 
-// probeAdd records one of the probe's timed calls.
-func (l *little) probeAdd(s Sample) {
-	l.probe.add(s)
-	if l.probeRTTs == nil {
-		l.probeRTTs = make([]time.Duration, 0, 2*maxProbeCalls) // at the first probe: an idle route costs nothing
-	}
-	if len(l.probeRTTs) < cap(l.probeRTTs) {
-		l.probeRTTs = append(l.probeRTTs, s.RTT)
-	}
-}
-
-// slowStartCounts reports whether a success in the start grows the limit:
-// its grant found the limit at least half full, counted against the limit
-// then (without a Limiter to tell, against the limit now), and its RTT is
-// at most 1 + minTolerance times the mean of the start's calls back so
-// far. The first keeps the limit ahead of a load still ramping up, at most
-// twice what the downstream carried on time; the second is HyStart's exit:
-// a success that met a queue does not grow it.
+// slowStartCounts reports whether a start's success grows the limit: its
+// grant found the limit half full (ahead of a ramping load, at most twice
+// what was carried), and, HyStart's exit, its RTT is within 1+minTolerance
+// of the mean of the start's calls back so far.
 func (l *little) slowStartCounts(s Sample) bool {
 	full := s.full || l.grants == 0 && float64(s.Inflight) >= startShare*l.limit
 	n := l.probe.successes()
@@ -410,18 +388,16 @@ func (l *little) slowStartCounts(s Sample) bool {
 //	p late by its drops:  the limit is capped at (1+t)·d, b kept
 //	lower:                p becomes b, the limit is capped at (1+t)·d
 //
-// b is unconfirmed after the start (which admits every call until the
-// first returns, then slow-starts) and after a p that fell in proportion
-// to the depth, until a p agrees from below b's depth or was measured at
-// a throughput below the round trip's. While it is, and after a probe that
-// told nothing, a probe at d/2 follows.
+// b is unconfirmed after the start and after a p that fell in proportion
+// to d, until a p agrees from below b's depth or below the round trip's
+// throughput; while it is, and after a probe that told nothing, one at d/2
+// follows.
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)
 	if l.probe.successes() == 0 {
-		// No b to keep: measure again at half the depth. Before any b the
-		// start's limit halves too, or calls that all overran (which a
-		// server may ignore) would hold it there.
+		// Measure again at half the depth. Before any b the limit halves
+		// too, or calls that all overran (a server may ignore) would hold it.
 		depth := l.probeLimit / 2
 		if l.b == 0 {
 			l.limit = max(l.limit/2, float64(l.cfg.MinLimit))

@@ -293,13 +293,14 @@ func TestLittleProbeEnds(t *testing.T) {
 			if tt.nb != 0 {
 				l.nb = tt.nb
 			}
+			probeAdd := func(s Sample) { l.probe.add(s); l.probeRTTs = append(l.probeRTTs, s.RTT) }
 			if tt.mean > 0 {
 				for range 16 {
-					l.probeAdd(Sample{RTT: tt.mean, Outcome: Success})
+					probeAdd(Sample{RTT: tt.mean, Outcome: Success})
 				}
 			}
 			for range tt.overruns {
-				l.probeAdd(Sample{RTT: 200 * ms, Outcome: Dropped})
+				probeAdd(Sample{RTT: 200 * ms, Outcome: Dropped})
 			}
 			l.mu.Lock()
 			l.endProbeLocked(at)

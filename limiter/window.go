@@ -2,32 +2,30 @@ package limiter
 
 import "time"
 
-// window sums the samples of one round trip. It opens at a point in time
-// and is complete once a call that started after that point has returned
-// and at least minSamples samples are in. Its owner's mutex guards it.
+// window sums one round trip's samples: complete once a call that started
+// after it opened has returned and minSamples are in. Its owner locks it.
 type window struct {
 	trip
 	ready bool // a call that started after the window opened has returned
 }
 
-// add records s, which must be timed and not Ignored, and reports whether
-// the window is complete.
+// add records s, timed and not Ignored, and reports whether w is complete.
 func (w *window) add(s Sample, minSamples int) bool {
 	w.returned(s)
 	w.trip.add(s)
 	return w.ready && w.n >= minSamples
 }
 
-// skip records s, timed and Ignored, and reports whether the window is
-// complete with calls that told nothing (see trip.toldNothing).
+// skip records s, timed and Ignored, and reports whether w is complete with
+// calls that told nothing.
 func (w *window) skip(s Sample, minSamples int, mostly bool) bool {
 	w.returned(s)
 	w.ignored++
 	return w.ready && w.ignored >= minSamples && w.toldNothing(mostly)
 }
 
-// returned notes that the timed s came back: the first opens the window
-// at its start; one that started after the opening makes it ready.
+// returned notes the timed s: the first opens w at its start; one that
+// started after the opening makes w ready.
 func (w *window) returned(s Sample) {
 	start := s.At.Add(-s.RTT)
 	if w.opened.IsZero() {
@@ -83,14 +81,14 @@ func (r trip) toldNothing(mostly bool) bool {
 	return r.n == 0 || mostly && r.ignored > r.n
 }
 
-// perSuccess is the time in flight (ns) per success, the drops' time
-// included: an overrun is a late call, in proportion to how many overran.
+// perSuccess is the time in flight (ns) per success, the drops' included:
+// an overrun is a late call.
 func (r trip) perSuccess() float64 {
 	return float64(r.sumRTT+r.dropRTT) / float64(r.successes())
 }
 
-// moments returns the mean (µs) and the unbiased variance (µs²) of the
-// successful RTTs, or ok false with fewer than two of them.
+// moments returns the successes' mean (µs) and unbiased variance (µs²), or
+// ok false with fewer than two.
 func (r trip) moments() (mean, variance float64, ok bool) {
 	n, sum := float64(r.successes()), r.sumRTT
 	if n < 2 || sum <= 0 {
