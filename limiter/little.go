@@ -124,7 +124,7 @@ func (l *little) granted(inflight int) (cohort, full bool) {
 	defer l.mu.Unlock()
 	l.mostIn = max(l.mostIn, inflight)
 	full = l.b == 0 && l.phase != starting && float64(inflight) >= startShare*float64(l.current.Load())
-	if l.phase == collecting || l.phase == steady || l.grants >= l.probeCalls() {
+	if l.phase == collecting || l.phase == steady || l.grants >= l.probeCalls(l.probeLimit) {
 		return false, full
 	}
 	l.grants++
@@ -298,8 +298,8 @@ func samplesNeeded(cv float64) int {
 
 // probeCalls is how many calls a probe times: enough for the spread, but
 // at most probeTrips round trips at its depth, since it holds others out.
-func (l *little) probeCalls() int {
-	return min(max(l.need, minProbeCalls), maxProbeCalls, max(minProbeCalls, probeTrips*l.probeLimit))
+func (l *little) probeCalls(depth int) int {
+	return min(max(l.need, minProbeCalls), maxProbeCalls, max(minProbeCalls, probeTrips*depth))
 }
 
 func (l *little) startProbeLocked(at time.Time, limit int) {
@@ -355,7 +355,7 @@ func (l *little) probeLocked(s Sample) {
 			}
 		}
 	}
-	if l.phase == probing && max(l.grants, l.probeBack) >= l.probeCalls() {
+	if l.phase == probing && max(l.grants, l.probeBack) >= l.probeCalls(l.probeLimit) {
 		l.phase = collecting // the quota is granted, or (no Limiter counts grants) back
 		l.probeTo = s.At
 	}
@@ -391,7 +391,8 @@ func (l *little) slowStartCounts(s Sample) bool {
 // b is unconfirmed after the start and after a p that fell in proportion
 // to d, until a p agrees from below b's depth or below the round trip's
 // throughput; while it is, and after a probe that told nothing, one at d/2
-// follows.
+// follows, unless p agreed and that probe could not tell p halved by a
+// queue from p (its t against p's calls ≥ 1).
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)
@@ -428,9 +429,11 @@ func (l *little) endProbeLocked(at time.Time) {
 		l.b, l.bMedian, l.nb, l.unconfirmed, depth = m, median, float64(n), true, 0
 	case float64(m)*(1+t) >= float64(l.b):
 		// Agreement confirms an unconfirmed b from below its depth, or
-		// unsaturated: a probe as deep may meet the same queue.
-		again = l.unconfirmed && depth >= l.bDepth && !unsaturated
-		w := min(l.nb, float64(2*l.probeCalls())) // b follows a downstream that changed
+		// unsaturated: a probe as deep may meet the same queue. One at
+		// half the depth is no test if a mean halved would agree too.
+		telling := l.tolerance(float64(l.probeCalls(depth/2)), float64(n)) < 1
+		again = l.unconfirmed && depth >= l.bDepth && !unsaturated && telling
+		w := min(l.nb, float64(2*l.probeCalls(l.probeLimit))) // b follows a downstream that changed
 		if l.unconfirmed {
 			w = 0
 		}

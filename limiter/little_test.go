@@ -263,6 +263,11 @@ func TestLittleProbeEnds(t *testing.T) {
 		// carried: no queue held the probe's calls, so none held b's.
 		{name: "agrees with the start's b, below the throughput: confirmed",
 			start: true, depth: 18, mean: 10500 * time.Microsecond, rate: 4, wantB: 10500 * time.Microsecond, wantLimit: 40, wantPhase: steady},
+		// Noisy RTTs (cv 1.42 once the probe is counted): a probe at 9
+		// would time 72 calls, whose t against this probe's 16 is 1.17,
+		// so a mean halved by a queue would agree too: it tells nothing.
+		{name: "noisy, agrees with the start's b: no probe at half could tell; confirmed",
+			start: true, depth: 18, mean: 10500 * time.Microsecond, cv: 1.5, nb: 16, wantB: 10500 * time.Microsecond, wantLimit: 40, wantPhase: steady},
 		{name: "fell in proportion to the depth: again at half",
 			depth: 10, mean: 5 * ms, wantB: 5 * ms, wantLimit: 13, wantPhase: probing, wantDepth: 5},
 		{name: "fell in proportion to the depth, below the throughput: confirmed",
@@ -333,7 +338,7 @@ func TestLittleProbeCountsSlowCalls(t *testing.T) {
 	require.Equal(t, probing, l.phase)
 	from := l.probeFrom
 	// 16 calls granted: 14 fast, 2 ten times slower; then one more.
-	n := l.probeCalls()
+	n := l.probeCalls(l.probeLimit)
 	require.Equal(t, 16, n)
 	for range n {
 		joined, _ := l.granted(5)
@@ -352,7 +357,7 @@ func TestLittleProbeCountsSlowCalls(t *testing.T) {
 	require.Equal(t, steady, l.phase)
 	// The probe's mean, (14·5 + 2·50) / 16 = 10.625 ms, weighed with the
 	// old b at two probes' worth, of the size the probe's spread now asks.
-	w := float64(2 * l.probeCalls())
+	w := float64(2 * l.probeCalls(l.probeLimit))
 	want := (10*w + 10.625*float64(n)) / (w + float64(n))
 	assert.InDelta(t, want, float64(l.b)/float64(ms), 1e-6)
 }
