@@ -23,6 +23,7 @@ var (
 	starts       = flag.Bool("starts", false, "run TestStarts: fresh default limiters at three sizes, every latency shape and load from the first call, beside a fixed C+8, in virtual time (about a minute)")
 	startsServer = flag.Bool("starts.server", false, "TestStarts reports overruns as a server interceptor does: one within twice the learned RTT is Ignored")
 	startsSeed   = flag.Uint64("starts.seed", 1, "TestStarts runs seeds starts.seed to starts.seed+2")
+	startsScale  = flag.Float64("starts.scale", 1, "TestStarts: each run and the second it leaves out scaled by this, as -matrix.scale scales the overload matrix's (0.5: 3 s runs counted from 0.5 s)")
 	// The default: the overload matrix's C = 16, S = 20 ms between a small
 	// fast downstream and a large slow one, which the rule was not tuned on.
 	startsSizes = flag.String("starts.sizes", "4,2ms 16,20ms 64,100ms", "TestStarts: the downstreams, C,S separated by spaces (C workers, mean service time S)")
@@ -35,11 +36,13 @@ var (
 // service times over seconds 1 to 6, as the overload matrix counts a row.
 // Medians of 3 seeds, the worst in brackets. A second table counts, per
 // size, the cells that miss issue 29's targets against C + 8 (see
-// judgeStarts). It asserts nothing.
+// judgeStarts). It asserts nothing. -starts.scale=0.5 counts as
+// MATRIX_SCALE=0.5 does over real gRPC: 3 s runs from their 0.5 s.
 func TestStarts(t *testing.T) {
 	if !*starts {
 		t.Skip("a measurement, not a check: run with -starts")
 	}
+	require.Greater(t, *startsScale, 0.0, "-starts.scale scales the runs' length: it must be above 0")
 	dists := []backend.Dist{backend.Constant, backend.Exponential, backend.Bimodal, backend.Lognormal, backend.TwoMethods}
 	loads := []float64{0.5, 0.8, 1, 2, 5}
 	var mu sync.Mutex
@@ -69,7 +72,8 @@ func TestStarts(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		var out strings.Builder
-		fmt.Fprintln(&out, "0.5× and 0.8×: rejected in the first 3 s; 1×, 2×, 5×: goodput / ideal, p99 / S over seconds 1–6; median (worst) of 3 seeds;")
+		fmt.Fprintf(&out, "0.5× and 0.8×: rejected in the first %v; 1×, 2×, 5×: goodput / ideal, p99 / S from %v to %v; median (worst) of 3 seeds;\n",
+			time.Duration(3**startsScale*float64(time.Second)), time.Duration(*startsScale*float64(time.Second)), time.Duration(6**startsScale*float64(time.Second)))
 		fmt.Fprintln(&out, "\"overran\": the largest share of a seed's calls over their deadline, when above 1 % (goodput above 1 then counts fast calls while slow ones time out)")
 		if *startsServer {
 			fmt.Fprintln(&out, "overruns as a server reports them (-starts.server)")
@@ -195,9 +199,10 @@ func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration
 				call = func(ctx context.Context) error { return v.Call(ctx, lim, be) }
 			}
 			rate := float64(c) / s.Seconds()
-			d := 6 * time.Second
+			scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * *startsScale) }
+			d := scale(6 * time.Second)
 			if res.light {
-				d = 3 * time.Second
+				d = scale(3 * time.Second)
 			}
 			rep, err := loadgen.Run(context.Background(), loadgen.Config{
 				Phases:   []loadgen.Phase{{Name: "load", Duration: d, Rate: load * rate}},
@@ -212,7 +217,7 @@ func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration
 				vals = append(vals, float64(p.Rejected)/float64(p.Calls))
 				return
 			}
-			p := rep.Phase(0, time.Second)
+			p := rep.Phase(0, scale(time.Second))
 			vals = append(vals, p.Goodput/min(p.Offered, rate))
 			res.overran = max(res.overran, float64(p.Deadline)/float64(max(p.Calls, 1)))
 			p99s = append(p99s, float64(p.P99)/float64(s))
