@@ -73,7 +73,7 @@ func TestStarts(t *testing.T) {
 	t.Cleanup(func() {
 		var out strings.Builder
 		fmt.Fprintf(&out, "0.5× and 0.8×: rejected in the first %v; 1×, 2×, 5×: goodput / ideal, p99 / S from %v to %v; median (worst) of 3 seeds;\n",
-			time.Duration(3**startsScale*float64(time.Second)), time.Duration(*startsScale*float64(time.Second)), time.Duration(6**startsScale*float64(time.Second)))
+			startsScaled(3*time.Second), startsScaled(time.Second), startsScaled(6*time.Second))
 		fmt.Fprintln(&out, "\"overran\": the largest share of a seed's calls over their deadline, when above 1 % (goodput above 1 then counts fast calls while slow ones time out)")
 		if *startsServer {
 			fmt.Fprintln(&out, "overruns as a server reports them (-starts.server)")
@@ -178,6 +178,12 @@ func judgeStarts(out *strings.Builder, order []string, rows map[string][]startRe
 }
 
 // startCell runs three seeds of one load from the first call.
+// startsScaled is d, a run's length or the time it leaves out, scaled by
+// -starts.scale.
+func startsScaled(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * *startsScale)
+}
+
 func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration, load float64, fixed bool) startResult {
 	res := startResult{light: load < 1}
 	var vals, p99s []float64
@@ -199,10 +205,9 @@ func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration
 				call = func(ctx context.Context) error { return v.Call(ctx, lim, be) }
 			}
 			rate := float64(c) / s.Seconds()
-			scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * *startsScale) }
-			d := scale(6 * time.Second)
+			d := startsScaled(6 * time.Second)
 			if res.light {
-				d = scale(3 * time.Second)
+				d = startsScaled(3 * time.Second)
 			}
 			rep, err := loadgen.Run(context.Background(), loadgen.Config{
 				Phases:   []loadgen.Phase{{Name: "load", Duration: d, Rate: load * rate}},
@@ -217,7 +222,7 @@ func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration
 				vals = append(vals, float64(p.Rejected)/float64(p.Calls))
 				return
 			}
-			p := rep.Phase(0, scale(time.Second))
+			p := rep.Phase(0, startsScaled(time.Second))
 			vals = append(vals, p.Goodput/min(p.Offered, rate))
 			res.overran = max(res.overran, float64(p.Deadline)/float64(max(p.Calls, 1)))
 			p99s = append(p99s, float64(p.P99)/float64(s))
