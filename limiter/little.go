@@ -207,7 +207,7 @@ func (l *little) closeLocked(at time.Time) {
 	r := rt.perSuccess()
 	m := float64(rt.sumIn) / float64(rt.n)
 	b := float64(l.b)
-	t := l.tolerance(float64(rt.n), l.nb)
+	t := tolerance(l.cv, float64(rt.n), l.nb)
 	c := m * b / r // Little's law
 	if ok == 0 {
 		c = l.limit / 2 / (1 + t) // unknown, not 0
@@ -262,10 +262,9 @@ func (l *little) reprobeLocked(at time.Time, late bool) bool {
 }
 
 // tolerance is lateSigmas standard errors of the difference between two
-// means of RTTs over n1 and n2 calls, relative to the mean.
-func (l *little) tolerance(n1, n2 float64) float64 {
-	cv := max(l.cv, 0)
-	return max(minTolerance, lateSigmas*cv*math.Sqrt(1/max(n1, 1)+1/max(n2, 1)))
+// means of RTTs over n1 and n2 calls at spread cv, relative to the mean.
+func tolerance(cv, n1, n2 float64) float64 {
+	return max(minTolerance, lateSigmas*max(cv, 0)*math.Sqrt(1/max(n1, 1)+1/max(n2, 1)))
 }
 
 // observeSpreadLocked folds a round trip's variance, not its cv, into the
@@ -392,7 +391,8 @@ func (l *little) slowStartCounts(s Sample) bool {
 // to d, until a p agrees from below b's depth or below the round trip's
 // throughput; while it is, and after a probe that told nothing, one at d/2
 // follows, unless p agreed and that probe could not tell p halved by a
-// queue from p (its t against p's calls ≥ 1).
+// queue from p (its t against p's calls ≥ 1, at the larger of the moving
+// spread and that of p's calls).
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)
@@ -417,10 +417,10 @@ func (l *little) endProbeLocked(at time.Time) {
 	all := l.probe
 	all.drops, all.sumRTT, all.sumSq = 0, all.sumRTT+all.dropRTT, all.sumSq+all.dropSq
 	l.observeSpreadLocked(all)
-	t := l.tolerance(float64(n), l.nb)
+	t := tolerance(l.cv, float64(n), l.nb)
 	// A throughput below the round trip's by two of the throughputs' own
 	// standard errors: a queue would have carried it all, so none did.
-	tr := l.tolerance(float64(n), float64(l.rateN))
+	tr := tolerance(l.cv, float64(n), float64(l.rateN))
 	unsaturated := (1+2*tr/lateSigmas)*float64(depth) < l.rate*float64(m)
 	again, measured := false, at
 	switch {
@@ -431,7 +431,13 @@ func (l *little) endProbeLocked(at time.Time) {
 		// Agreement confirms an unconfirmed b from below its depth, or
 		// unsaturated: a probe as deep may meet the same queue. One at
 		// half the depth is no test if a mean halved would agree too.
-		telling := l.tolerance(float64(l.probeCalls(depth/2)), float64(n)) < 1
+		// The moving spread of a heavy tail reads low; the probe's own
+		// calls may show more of it.
+		cv := l.cv
+		if mean, variance, ok := all.moments(); ok {
+			cv = max(cv, math.Sqrt(variance)/mean)
+		}
+		telling := tolerance(cv, float64(l.probeCalls(depth/2)), float64(n)) < 1
 		again = l.unconfirmed && depth >= l.bDepth && !unsaturated && telling
 		w := min(l.nb, float64(2*l.probeCalls(l.probeLimit))) // b follows a downstream that changed
 		if l.unconfirmed {
