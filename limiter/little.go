@@ -269,11 +269,12 @@ func tolerance(cv, n1, n2 float64) float64 {
 
 // observeSpreadLocked folds a round trip's variance, not its cv, into the
 // moving spread: small round trips miss rare slow calls, and √ reads low.
-func (l *little) observeSpreadLocked(rt trip) {
+// It returns the round trip's own cv, or -1 below two successes.
+func (l *little) observeSpreadLocked(rt trip) float64 {
 	l.longest = max(rt.maxRTT, l.longest*7/8)
 	mean, variance, ok := rt.moments()
 	if !ok {
-		return
+		return -1
 	}
 	if l.cv < 0 {
 		l.spreadMean, l.spreadVar = mean, variance
@@ -283,6 +284,7 @@ func (l *little) observeSpreadLocked(rt trip) {
 	}
 	l.cv = math.Sqrt(l.spreadVar) / l.spreadMean
 	l.need = samplesNeeded(l.cv)
+	return math.Sqrt(variance) / mean
 }
 
 // samplesNeeded is how many samples put a round trip's mean within
@@ -416,7 +418,7 @@ func (l *little) endProbeLocked(at time.Time) {
 	// slow calls.
 	all := l.probe
 	all.drops, all.sumRTT, all.sumSq = 0, all.sumRTT+all.dropRTT, all.sumSq+all.dropSq
-	l.observeSpreadLocked(all)
+	own := l.observeSpreadLocked(all)
 	t := tolerance(l.cv, float64(n), l.nb)
 	// A throughput below the round trip's by two of the throughputs' own
 	// standard errors: a queue would have carried it all, so none did.
@@ -433,11 +435,7 @@ func (l *little) endProbeLocked(at time.Time) {
 		// half the depth is no test if a mean halved would agree too.
 		// The moving spread of a heavy tail reads low; the probe's own
 		// calls may show more of it.
-		cv := l.cv
-		if mean, variance, ok := all.moments(); ok {
-			cv = max(cv, math.Sqrt(variance)/mean)
-		}
-		telling := tolerance(cv, float64(l.probeCalls(depth/2)), float64(n)) < 1
+		telling := tolerance(max(l.cv, own), float64(l.probeCalls(depth/2)), float64(n)) < 1
 		again = l.unconfirmed && depth >= l.bDepth && !unsaturated && telling
 		w := min(l.nb, float64(2*l.probeCalls(l.probeLimit))) // b follows a downstream that changed
 		if l.unconfirmed {
