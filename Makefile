@@ -55,7 +55,9 @@ shapes:
 ## quota'; 'fifo lognormal cold 5x'), TIMELINE_SIZE the downstream (C,S);
 ## TIMELINE_FLAGS='-timeline.seed=3 -timeline.duration=60s
 ## -timeline.fixed=24' pick a seed, the load's length, or a fixed limit
-## instead of the default.
+## instead of the default; -timeline.server reports overruns as a server
+## does (one within twice the learned RTT is Ignored), as real gRPC rows
+## and make starts -starts.server do.
 TIMELINE      ?= fifo bimodal 2x
 TIMELINE_SIZE ?= 16,20ms
 timeline:

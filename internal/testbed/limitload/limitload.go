@@ -150,6 +150,10 @@ type Shape struct {
 	Scale float64
 	// Algorithm makes the limiter's algorithm; nil is the default.
 	Algorithm limiter.AlgorithmConfig
+	// Server reports overruns as a server interceptor does (Server.Call):
+	// one within twice the learned RTT is Ignored. Otherwise every
+	// overrun is a drop, as a client reports it.
+	Server bool
 	// Tick, if set, is called at the end of every second with the calls
 	// that finished in it and the limiter's limit and calls in flight.
 	Tick func(w loadgen.Window, limit, inflight int)
@@ -197,6 +201,7 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 	}
 	var n atomic.Int64
 	var limitSum, limitN float64
+	var server Server
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
 		Phases: []loadgen.Phase{
 			{Name: "warm-up", Duration: scale(3 * time.Second), Rate: warm},
@@ -220,6 +225,9 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 				}
 				tok.Release(limiter.Dropped)
 				return ErrRefused
+			}
+			if r.Server {
+				return server.Call(ctx, lim, be)
 			}
 			return Call(ctx, lim, be)
 		},

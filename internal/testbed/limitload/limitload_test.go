@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-go/sluice/internal/testbed/backend"
 	"github.com/sluice-go/sluice/internal/testbed/loadgen"
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -109,6 +111,49 @@ func TestServerOutcome(t *testing.T) {
 				v.rtt.Observe(tt.learned)
 			}
 			assert.Equal(t, tt.want, v.outcome(tt.err, tt.held))
+		})
+	}
+}
+
+// outcomes is a fixed limit that counts the outcomes it is told; the
+// Limiter calls Update from every releasing goroutine.
+type outcomes struct {
+	limit   int
+	mu      sync.Mutex
+	counted map[limiter.Outcome]int
+}
+
+func (o *outcomes) New() (limiter.Algorithm, error) { return o, nil }
+func (o *outcomes) Limit() int                      { return o.limit }
+func (o *outcomes) Update(s limiter.Sample) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.counted[s.Outcome]++
+	return o.limit
+}
+
+// TestRunShapeServer: with Server, an overrun of a call held for less than
+// twice the learned RTT is Ignored, as a server interceptor reports it;
+// without, every overrun is a drop. At 8 × C with processor sharing and
+// exponential service times calls take 8·S on average: most succeed and
+// teach that RTT, and the slow ones pass the 10·S deadline.
+func TestRunShapeServer(t *testing.T) {
+	const c, s = 4, 10 * time.Millisecond
+	for _, server := range []bool{false, true} {
+		t.Run(fmt.Sprint(server), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				o := &outcomes{limit: 8 * c, counted: map[limiter.Outcome]int{}}
+				_, err := RunShape(Shape{Kind: "ps", Dist: backend.Exponential, Load: 20, Seed: 1, Duration: 5 * time.Second,
+					Algorithm: o, Server: server}, c, s)
+				require.NoError(t, err)
+				require.Positive(t, o.counted[limiter.Success])
+				if server {
+					assert.Positive(t, o.counted[limiter.Ignored], "overruns within twice the learned RTT")
+				} else {
+					assert.Zero(t, o.counted[limiter.Ignored])
+					assert.Positive(t, o.counted[limiter.Dropped])
+				}
+			})
 		})
 	}
 }
