@@ -177,13 +177,13 @@ func judgeStarts(out *strings.Builder, order []string, rows map[string][]startRe
 	}
 }
 
-// startCell runs three seeds of one load from the first call.
 // startsScaled is d, a run's length or the time it leaves out, scaled by
 // -starts.scale.
 func startsScaled(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * *startsScale)
 }
 
+// startCell runs three seeds of one load from the first call.
 func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration, load float64, fixed bool) startResult {
 	res := startResult{light: load < 1}
 	var vals, p99s []float64
