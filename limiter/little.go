@@ -385,7 +385,7 @@ func (l *little) slowStartCounts(s Sample) bool {
 
 // endProbeLocked judges b by the mean p of the probe's calls at depth d:
 //
-//	p ≥ b/(1+t):          averaged into b (replaces b while unconfirmed)
+//	p ≥ b/(1+t):          averaged into b (replaces b while unconfirmed or if p > (1+t)·b)
 //	p late by its drops:  the limit is capped at (1+t)·d, b kept
 //	lower:                p becomes b, the limit is capped at (1+t)·d
 //
@@ -438,8 +438,8 @@ func (l *little) endProbeLocked(at time.Time) {
 		telling := tolerance(max(l.cv, own), float64(l.probeCalls(depth/2)), float64(n)) < 1
 		again = l.unconfirmed && depth >= l.bDepth && !unsaturated && telling
 		w := min(l.nb, float64(2*l.probeCalls(l.probeLimit))) // b follows a downstream that changed
-		if l.unconfirmed {
-			w = 0
+		if l.unconfirmed || float64(m) > (1+t)*float64(l.b) {
+			w = 0 // or the downstream slowed: an average would still be late
 		}
 		l.unconfirmed = again
 		l.bMedian = time.Duration((float64(l.bMedian)*w + float64(median)*float64(n)) / (w + float64(n)))

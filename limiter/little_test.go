@@ -234,6 +234,10 @@ func TestLittleProbeEnds(t *testing.T) {
 	}{
 		{name: "agrees: averaged, two probes' worth of the old",
 			depth: 18, mean: 10500 * time.Microsecond, wantB: (10*32 + 10.5*16) * ms / 48, wantLimit: 40, wantPhase: steady},
+		// The downstream slowed: averaged with the old b, b would still
+		// be late, and every round trip would cut the limit.
+		{name: "later than b by more than t: replaced",
+			depth: 18, mean: 20 * ms, wantB: 20 * ms, wantLimit: 40, wantPhase: steady},
 		{name: "agrees with the start's b: replaced, not averaged; again at half",
 			start: true, depth: 18, mean: 10500 * time.Microsecond, wantB: 10500 * time.Microsecond, wantLimit: 40, wantPhase: probing, wantDepth: 9},
 		// t = 0.3. Higher than b by more than a standard error (t/3), at
