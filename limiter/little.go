@@ -171,22 +171,15 @@ func (l *little) Update(s Sample) int {
 // a success that found the limit full grows it by 1/limit.
 func (l *little) untimedLocked(s Sample) {
 	if s.Outcome == Dropped {
-		l.limit = max(l.limit*l.cfg.BackoffRatio, float64(l.cfg.MinLimit))
-		return
-	}
-	if float64(s.Inflight) >= fullShare*l.limit {
-		l.grow(1 / l.limit)
+		l.setLimit(l.limit * l.cfg.BackoffRatio)
+	} else if float64(s.Inflight) >= fullShare*l.limit {
+		l.setLimit(l.limit + 1/l.limit)
 	}
 }
 
-// grow adds n to the limit, within [MinLimit, MaxLimit].
-func (l *little) grow(n float64) {
-	l.limit += n
-	l.clampLocked()
-}
-
-func (l *little) clampLocked() {
-	l.limit = min(max(l.limit, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
+// setLimit sets the limit to v within [MinLimit, MaxLimit].
+func (l *little) setLimit(v float64) {
+	l.limit = min(max(v, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
 }
 
 // closeLocked applies the rule to the round trip that just completed.
@@ -222,23 +215,24 @@ func (l *little) closeLocked(at time.Time) {
 	late := r > (1+t)*b && slower
 	switch {
 	case full && late && l.unconfirmed:
-		l.limit = min(target, l.limit) // b holds a queue if anything, and c errs high
+		l.setLimit(min(target, l.limit)) // b holds a queue if anything, and c errs high
 	case full && late:
-		l.limit += downGain * min(target-l.limit, 0)
+		l.setLimit(l.limit + downGain*min(target-l.limit, 0))
 	case full && !late:
-		l.grow(max(1, target-l.limit))
+		l.setLimit(l.limit + max(1, target-l.limit))
 	case reached && !late:
-		l.grow(max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
+		l.setLimit(l.limit + max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
 	case late && l.unconfirmed && !reached && ok > 0:
 		// Nothing held the load back, yet it was late: b rests on too few
 		// calls (a start's fast ones), and this round trip measures it.
 		l.averageIntoB(l.nb, r, float64(rt.n))
 	case !late && rt.drops == 0:
-		// Below the capacity: room for the load's own bursts.
-		l.limit = max(l.limit, burstRoom*float64(rt.maxIn))
+		l.setLimit(max(l.limit, burstRoom*float64(rt.maxIn))) // room for the load's own bursts
 	}
-	l.clampLocked()
-	if full && l.reprobeLocked(at, late) {
+	// A full limit measures b again when b is old, the limit halved since
+	// the last probe, or a late round trip doubts b.
+	old := at.Sub(l.bAt) >= max(probeEvery, probeAge*l.b)
+	if full && (old || l.limit <= l.probedAt/2 || late && (l.unconfirmed || l.nb < float64(l.need)/2)) {
 		depth := probeDepth * c
 		if ok == 0 {
 			depth = l.limit / 2
@@ -252,13 +246,6 @@ func (l *little) closeLocked(at time.Time) {
 func (l *little) averageIntoB(w, mean, n float64) {
 	l.b = time.Duration((float64(l.b)*w + mean*n) / (w + n))
 	l.nb = w + n
-}
-
-// reprobeLocked reports whether a full limit measures b again: b is old,
-// the limit halved since the last probe, or a late round trip doubts b.
-func (l *little) reprobeLocked(at time.Time, late bool) bool {
-	return at.Sub(l.bAt) >= max(probeEvery, probeAge*l.b) || l.limit <= l.probedAt/2 ||
-		late && (l.unconfirmed || l.nb < float64(l.need)/2)
 }
 
 // tolerance is lateSigmas standard errors of the difference between two
@@ -320,8 +307,7 @@ func (l *little) probeLocked(s Sample) {
 	if l.phase == starting {
 		// The first call is back: the calls in flight become the limit.
 		l.phase = probing
-		l.limit = max(l.limit, float64(l.mostIn))
-		l.clampLocked()
+		l.setLimit(max(l.limit, float64(l.mostIn)))
 	}
 	if s.RTT < 0 {
 		if s.Outcome != Ignored {
@@ -339,12 +325,10 @@ func (l *little) probeLocked(s Sample) {
 	if l.b == 0 {
 		// The start's slow start, until its probe ends: one more per success
 		// that found the limit full and met no queue, a backoff per drop.
-		switch {
-		case s.Outcome == Dropped:
-			l.limit *= l.cfg.BackoffRatio
-			l.clampLocked()
-		case s.Outcome == Success && l.slowStartCounts(s):
-			l.grow(1)
+		if s.Outcome == Dropped {
+			l.setLimit(l.limit * l.cfg.BackoffRatio)
+		} else if s.Outcome == Success && l.slowStartCounts(s) {
+			l.setLimit(l.limit + 1)
 		}
 	}
 	if mine {
@@ -398,18 +382,18 @@ func (l *little) slowStartCounts(s Sample) bool {
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)
-	if l.probe.successes() == 0 {
+	n := l.probe.successes()
+	if n == 0 {
 		// Measure again at half the depth. Before any b the limit halves
 		// too, or calls that all overran (a server may ignore) would hold it.
 		depth := l.probeLimit / 2
 		if l.b == 0 {
-			l.limit = max(l.limit/2, float64(l.cfg.MinLimit))
+			l.setLimit(l.limit / 2)
 			depth = int(l.limit)
 		}
 		l.startProbeLocked(at, depth)
 		return
 	}
-	n := l.probe.successes()
 	m := l.probe.sumRTT / time.Duration(n)
 	slices.Sort(l.probeRTTs)
 	median := l.probeRTTs[len(l.probeRTTs)/2]
@@ -447,16 +431,14 @@ func (l *little) endProbeLocked(at time.Time) {
 	case l.probe.perSuccess() > (1+t)*float64(m):
 		// Its drops made it late: its successes' mean lacks the slow calls.
 		again = true
-		l.limit = min(l.limit, (1+t)*float64(depth))
-		l.clampLocked()
+		l.setLimit(min(l.limit, (1+t)*float64(depth)))
 		depth, measured = l.bDepth, l.bAt
 	default:
 		// A queue in b. If p fell in proportion to the depth, the probe's
 		// own calls may have queued too, unless it was unsaturated.
 		again = !unsaturated && (l.bDepth == 0 || float64(m)/float64(l.b) <= (1+t)*float64(depth)/float64(l.bDepth))
 		l.b, l.bMedian, l.nb, l.unconfirmed = m, median, float64(n), again
-		l.limit = min(l.limit, (1+t)*float64(depth))
-		l.clampLocked()
+		l.setLimit(min(l.limit, (1+t)*float64(depth)))
 	}
 	l.bDepth, l.bAt = depth, measured
 	l.probedAt = l.limit // a limit halved from here means the downstream slowed
