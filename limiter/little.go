@@ -12,17 +12,10 @@ import (
 type phase int
 
 const (
-	// starting admits every call until the first returns: a limit guessed
-	// before any call returned would refuse a healthy downstream's traffic.
-	starting phase = iota
-	// probing holds the limit below the capacity so that the calls granted
-	// meet no queue: their mean RTT is the no-load RTT.
-	probing
-	// collecting grants no more of the probe's calls and waits, the limit
-	// still lowered, for its slow ones.
-	collecting
-	// steady applies the rule once per round trip.
-	steady
+	starting   phase = iota // admits every call until the first returns: a guess would refuse a healthy downstream
+	probing                 // holds the limit below the capacity: the calls granted meet no queue
+	collecting              // grants no more of the probe's calls and waits for its slow ones
+	steady                  // applies the rule once per round trip
 )
 
 // Tuning of the little controller, one place.
@@ -74,9 +67,8 @@ type little struct {
 	win         window
 	need        int // samples a round trip needs
 	limit       float64
-	b           time.Duration // no-load RTT; 0 until the start's probe ends
+	b, bMedian  time.Duration // no-load RTT (0 until the start's probe ends), its calls' median
 	nb          float64       // calls behind b
-	bMedian     time.Duration // median RTT of b's calls
 	unconfirmed bool          // b may hold a queue, or only fast calls
 	bDepth      int           // the probe limit b was measured at; 0 for the start's
 	bAt         time.Time     // when b was last measured
@@ -84,25 +76,22 @@ type little struct {
 	probedAt    float64 // the limit the last probe left
 	rate        float64 // successes per ns of the full round trip that started the probes; 0 if unknown
 	rateN       int     // the calls rate rests on
-	// moving mean (µs) and variance (µs²) of round trips' RTTs, and their cv
+	// moving mean (µs), variance (µs²) and cv of round trips' RTTs; the longest RTT lately
 	spreadMean, spreadVar, cv float64
-	longest                   time.Duration // longest RTT of the last round trips
+	longest                   time.Duration
 
-	// the current probe
-	probeLimit int
-	probeFrom  time.Time
-	probeTo    time.Time       // end of admission under probeLimit
-	probe      trip            // its timed calls
-	probeRTTs  []time.Duration // its RTTs, for their median
-	probeBack  int             // its calls that have returned
-	grants     int             // permits granted into its cohort; 0 without a Limiter
-	mostIn     int             // most calls in flight at a grant during it
+	// the current probe: its limit, start, end of admission, timed calls and their RTTs
+	probeLimit         int
+	probeFrom, probeTo time.Time
+	probe              trip
+	probeRTTs          []time.Duration
+	probeBack          int // its calls that have returned
+	grants, mostIn     int // permits granted into its cohort (0 without a Limiter); most in flight at one
 }
 
 func newLittle(c AIMDConfig, admitAll bool) *little {
 	c = c.withDefaults()
-	l := &little{cfg: c, limit: float64(c.InitialLimit), cv: -1}
-	l.need = minTripSamples
+	l := &little{cfg: c, limit: float64(c.InitialLimit), cv: -1, need: minTripSamples}
 	l.startProbeLocked(time.Time{}, c.InitialLimit)
 	if admitAll {
 		l.phase = starting
@@ -113,9 +102,8 @@ func newLittle(c AIMDConfig, admitAll bool) *little {
 
 func (l *little) Limit() int { return int(l.current.Load()) }
 
-// granted counts a grant into the probe's cohort until its quota is filled
-// (later grants may meet the cohort's queue), and tells the start's slow
-// start whether it found the limit half full, as the limit was then.
+// granted counts a grant into the probe's cohort until its quota is filled,
+// and tells the start's slow start whether it found the limit half full.
 func (l *little) granted(inflight int) (cohort, full bool) {
 	if !l.careful.Load() {
 		return false, false
@@ -187,8 +175,7 @@ func (l *little) closeLocked(at time.Time) {
 	rt := l.win.close(at)
 	l.observeSpreadLocked(rt)
 	if l.b != 0 && rt.toldNothing(l.unconfirmed) {
-		// Only overruns a server ignores, which a caller may choose: only a
-		// probe's successes move the limit, and a queue in b would hold it.
+		// Only overruns a server ignores: only a probe's successes move the limit.
 		l.rate = 0
 		l.startProbeLocked(at, int(l.limit)/2)
 		return
@@ -209,8 +196,7 @@ func (l *little) closeLocked(at time.Time) {
 	admits := math.Floor(l.limit) // what the Limiter enforces
 	full := m >= fullShare*admits
 	reached := float64(rt.maxIn) >= fullShare*admits
-	// A queue delays every call, so it moves the median too; a mean late
-	// with the median where it was is a tail of slow calls.
+	// A queue moves the median too; a late mean alone is a tail of slow calls.
 	slower := float64(rt.slow)/float64(rt.n) > 0.5+signSigmas*0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
 	late := r > (1+t)*b && slower
 	switch {
@@ -223,14 +209,12 @@ func (l *little) closeLocked(at time.Time) {
 	case reached && !late:
 		l.setLimit(l.limit + max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
 	case late && l.unconfirmed && !reached && ok > 0:
-		// Nothing held the load back, yet it was late: b rests on too few
-		// calls (a start's fast ones), and this round trip measures it.
+		// Nothing held the load back, yet it was late: b rests on too few calls.
 		l.averageIntoB(l.nb, r, float64(rt.n))
 	case !late && rt.drops == 0:
 		l.setLimit(max(l.limit, burstRoom*float64(rt.maxIn))) // room for the load's own bursts
 	}
-	// A full limit measures b again when b is old, the limit halved since
-	// the last probe, or a late round trip doubts b.
+	// A full limit probes when b is old, the limit halved or a late round trip doubts b.
 	old := at.Sub(l.bAt) >= max(probeEvery, probeAge*l.b)
 	if full && (old || l.limit <= l.probedAt/2 || late && (l.unconfirmed || l.nb < float64(l.need)/2)) {
 		depth := probeDepth * c
@@ -254,9 +238,8 @@ func tolerance(cv, n1, n2 float64) float64 {
 	return max(minTolerance, lateSigmas*max(cv, 0)*math.Sqrt(1/max(n1, 1)+1/max(n2, 1)))
 }
 
-// observeSpreadLocked folds a round trip's variance, not its cv, into the
-// moving spread: small round trips miss rare slow calls, and √ reads low.
-// It returns the round trip's own cv, or -1 below two successes.
+// observeSpreadLocked folds a round trip's variance, not its cv (small round
+// trips miss rare slow calls), into the moving spread and returns its own cv.
 func (l *little) observeSpreadLocked(rt trip) float64 {
 	l.longest = max(rt.maxRTT, l.longest*7/8)
 	mean, variance, ok := rt.moments()
@@ -277,10 +260,7 @@ func (l *little) observeSpreadLocked(rt trip) float64 {
 // samplesNeeded is how many samples put a round trip's mean within
 // minTolerance by lateSigmas standard errors at cv (negative: unknown).
 func samplesNeeded(cv float64) int {
-	if cv < 0 {
-		return minTripSamples
-	}
-	n := math.Ceil(math.Pow(lateSigmas*cv/minTolerance, 2))
+	n := math.Ceil(math.Pow(lateSigmas*max(cv, 0)/minTolerance, 2))
 	return int(min(max(n, minTripSamples), maxWindowSamples))
 }
 
@@ -295,8 +275,7 @@ func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.probes++
 	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
 	l.probeFrom, l.probeTo = at, time.Time{}
-	l.probe = trip{}
-	l.probeRTTs = l.probeRTTs[:0]
+	l.probe, l.probeRTTs = trip{}, l.probeRTTs[:0]
 	l.probeBack, l.grants, l.mostIn = 0, 0, 0
 }
 
@@ -315,19 +294,22 @@ func (l *little) probeLocked(s Sample) {
 		}
 		return
 	}
-	// The cohort's calls, if a Limiter counts the grants; else the calls
-	// granted since the probe began and, once collecting, before that.
+	// The cohort's calls; without a Limiter, those granted since the probe
+	// began and, once collecting, before its admission ended.
 	start := s.At.Add(-s.RTT)
 	mine := !start.Before(l.probeFrom) && s.cohort
 	if l.grants == 0 {
 		mine = !start.Before(l.probeFrom) && (l.phase == probing || !start.After(l.probeTo))
 	}
 	if l.b == 0 {
-		// The start's slow start, until its probe ends: one more per success
-		// that found the limit full and met no queue, a backoff per drop.
+		// The start's slow start: a backoff per drop, one more per success
+		// whose grant found the limit half full and (HyStart's exit) whose
+		// RTT is within 1+minTolerance of the mean of the start's calls so far.
+		full := s.full || l.grants == 0 && float64(s.Inflight) >= startShare*l.limit
+		n := l.probe.successes()
 		if s.Outcome == Dropped {
 			l.setLimit(l.limit * l.cfg.BackoffRatio)
-		} else if s.Outcome == Success && l.slowStartCounts(s) {
+		} else if s.Outcome == Success && full && (n == 0 || float64(s.RTT) <= (1+minTolerance)*float64(l.probe.sumRTT)/float64(n)) {
 			l.setLimit(l.limit + 1)
 		}
 	}
@@ -345,8 +327,8 @@ func (l *little) probeLocked(s Sample) {
 		l.probeTo = s.At
 	}
 	if l.phase == collecting {
-		// Every call granted is back; or, if the grants are not counted or
-		// one is lost to a stream, the longest RTT seen has passed twice.
+		// Every call granted is back, or (uncounted, or lost to a stream) the
+		// longest RTT seen has passed twice.
 		wait := probeCollect * max(l.longest, l.probe.maxRTT)
 		if l.grants > 0 {
 			wait = max(wait, probeCollect*time.Second)
@@ -357,16 +339,6 @@ func (l *little) probeLocked(s Sample) {
 	}
 }
 
-// slowStartCounts reports whether a start's success grows the limit: its
-// grant found the limit half full (ahead of a ramping load, at most twice
-// what was carried), and, HyStart's exit, its RTT is within 1+minTolerance
-// of the mean of the start's calls back so far.
-func (l *little) slowStartCounts(s Sample) bool {
-	full := s.full || l.grants == 0 && float64(s.Inflight) >= startShare*l.limit
-	n := l.probe.successes()
-	return full && (n == 0 || float64(s.RTT) <= (1+minTolerance)*float64(l.probe.sumRTT)/float64(n))
-}
-
 // endProbeLocked judges b by the mean p of the probe's calls at depth d:
 //
 //	p ≥ b/(1+t):          averaged into b (replaces b while unconfirmed or if p > (1+t)·b)
@@ -374,11 +346,9 @@ func (l *little) slowStartCounts(s Sample) bool {
 //	lower:                p becomes b, the limit is capped at (1+t)·d
 //
 // b is unconfirmed after the start and after a p that fell in proportion
-// to d, until a p agrees from below b's depth or below the round trip's
-// throughput; while it is, and after a probe that told nothing, one at d/2
-// follows, unless p agreed and that probe could not tell p halved by a
-// queue from p (its t against p's calls ≥ 1, at the larger of the moving
-// spread and that of p's calls).
+// to d, until a p agrees from below b's depth or the round trip's
+// throughput. Until then, and after a probe that told nothing, one at d/2
+// follows, unless it could not tell a p halved by a queue from p.
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)
@@ -398,14 +368,12 @@ func (l *little) endProbeLocked(at time.Time) {
 	slices.Sort(l.probeRTTs)
 	median := l.probeRTTs[len(l.probeRTTs)/2]
 	depth := l.probeLimit
-	// The spread counts the drops with their time: they are the probe's
-	// slow calls.
-	all := l.probe
+	all := l.probe // the spread counts the drops: they are the probe's slow calls
 	all.drops, all.sumRTT, all.sumSq = 0, all.sumRTT+all.dropRTT, all.sumSq+all.dropSq
 	own := l.observeSpreadLocked(all)
 	t := tolerance(l.cv, float64(n), l.nb)
-	// A throughput below the round trip's by two of the throughputs' own
-	// standard errors: a queue would have carried it all, so none did.
+	// A throughput below the round trip's by two standard errors: a queue
+	// would have carried it all, so none did.
 	tr := tolerance(l.cv, float64(n), float64(l.rateN))
 	unsaturated := (1+2*tr/lateSigmas)*float64(depth) < l.rate*float64(m)
 	again, measured := false, at
@@ -414,11 +382,9 @@ func (l *little) endProbeLocked(at time.Time) {
 		// The start: its calls met a queue of unknown depth.
 		l.b, l.bMedian, l.nb, l.unconfirmed, depth = m, median, float64(n), true, 0
 	case float64(m)*(1+t) >= float64(l.b):
-		// Agreement confirms an unconfirmed b from below its depth, or
-		// unsaturated: a probe as deep may meet the same queue. One at
-		// half the depth is no test if a mean halved would agree too.
-		// The moving spread of a heavy tail reads low; the probe's own
-		// calls may show more of it.
+		// It confirms b from below b's depth (one as deep may meet the same
+		// queue) or unsaturated. One at half the depth is no test if a mean
+		// halved would agree too, at the moving spread or the probe's own.
 		telling := tolerance(max(l.cv, own), float64(l.probeCalls(depth/2)), float64(n)) < 1
 		again = l.unconfirmed && depth >= l.bDepth && !unsaturated && telling
 		w := min(l.nb, float64(2*l.probeCalls(l.probeLimit))) // b follows a downstream that changed

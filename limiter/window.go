@@ -3,10 +3,10 @@ package limiter
 import "time"
 
 // window sums one round trip's samples: complete once a call that started
-// after it opened has returned and minSamples are in. Its owner locks it.
+// after it opened has returned (ready) and minSamples are in. Its owner locks it.
 type window struct {
 	trip
-	ready bool // a call that started after the window opened has returned
+	ready bool
 }
 
 // add records s, timed and not Ignored, and reports whether w is complete.
@@ -24,8 +24,7 @@ func (w *window) skip(s Sample, minSamples int, mostly bool) bool {
 	return w.ready && w.ignored >= minSamples && w.toldNothing(mostly)
 }
 
-// returned notes the timed s: the first opens w at its start; one that
-// started after the opening makes w ready.
+// returned notes the timed s: the first opens w at its start.
 func (w *window) returned(s Sample) {
 	start := s.At.Add(-s.RTT)
 	if w.opened.IsZero() {
@@ -44,16 +43,14 @@ func (w *window) close(at time.Time) trip {
 // A trip is the samples of a round trip, or of a probe.
 type trip struct {
 	n, drops int
-	slow     int           // drops, and successes slower than b's median (round trips only)
-	ignored  int           // calls that returned Ignored (round trips only)
-	sumRTT   time.Duration // of the successes
-	dropRTT  time.Duration // of the drops
-	sumSq    float64       // of the successes' RTTs in microseconds, squared
-	dropSq   float64       // of the drops' RTTs in microseconds, squared
-	maxRTT   time.Duration
-	maxIn    int
-	sumIn    int       // in-flight counts at grant
-	opened   time.Time // when the window opened
+	slow     int // drops, and successes slower than b's median (round trips only)
+	ignored  int // calls that returned Ignored (round trips only)
+	// RTTs of the successes and of the drops, summed, and in µs squared
+	sumRTT, dropRTT time.Duration
+	sumSq, dropSq   float64
+	maxRTT          time.Duration
+	maxIn, sumIn    int       // of the in-flight counts at grant
+	opened          time.Time // when the window opened
 }
 
 // add records s, which must be timed and not Ignored.
