@@ -68,9 +68,10 @@ timeline:
 ## load from the first call, beside a fixed C+8, in virtual time, and per
 ## size the cells that miss issue 29's targets (bench/starts_test.go, about
 ## a minute). STARTS_SIZES='8,200ms 32,50ms' runs other sizes (C,S
-## separated by spaces); STARTS_FLAGS=-starts.seed=4 other seeds, and
-## STARTS_FLAGS=-starts.scale=0.5 the runs that bench-shapes counts at
-## MATRIX_SCALE=0.5 (3 s, from 0.5 s on).
+## separated by spaces); STARTS_FLAGS=-starts.seed=4 other seeds,
+## STARTS_FLAGS=-starts.initial=2 a default limiter told InitialLimit 2·C
+## instead of the admit-all start, and STARTS_FLAGS=-starts.scale=0.5 the
+## runs that bench-shapes counts at MATRIX_SCALE=0.5 (3 s, from 0.5 s on).
 STARTS_SIZES ?= 4,2ms 16,20ms 64,100ms
 starts:
 	cd bench && $(GO) test . -count=1 -run '^TestStarts$$' -v -starts -starts.sizes '$(STARTS_SIZES)' $(STARTS_FLAGS) | grep -E '^ *(\||Cells )|-starts.sizes'

@@ -20,10 +20,11 @@ import (
 )
 
 var (
-	starts       = flag.Bool("starts", false, "run TestStarts: fresh default limiters at three sizes, every latency shape and load from the first call, beside a fixed C+8, in virtual time (about a minute)")
-	startsServer = flag.Bool("starts.server", false, "TestStarts reports overruns as a server interceptor does: one within twice the learned RTT is Ignored")
-	startsSeed   = flag.Uint64("starts.seed", 1, "TestStarts runs seeds starts.seed to starts.seed+2")
-	startsScale  = flag.Float64("starts.scale", 1, "TestStarts: each run and the second it leaves out scaled by this, as -matrix.scale scales the overload matrix's (0.5: 3 s runs counted from 0.5 s)")
+	starts        = flag.Bool("starts", false, "run TestStarts: fresh default limiters at three sizes, every latency shape and load from the first call, beside a fixed C+8, in virtual time (about a minute)")
+	startsServer  = flag.Bool("starts.server", false, "TestStarts reports overruns as a server interceptor does: one within twice the learned RTT is Ignored")
+	startsSeed    = flag.Uint64("starts.seed", 1, "TestStarts runs seeds starts.seed to starts.seed+2")
+	startsInitial = flag.Float64("starts.initial", 0, "TestStarts: the default limiter's AIMDConfig.InitialLimit as a multiple of C (0: unset, the start admits every call until the first returns)")
+	startsScale   = flag.Float64("starts.scale", 1, "TestStarts: each run and the second it leaves out scaled by this, as -matrix.scale scales the overload matrix's (0.5: 3 s runs counted from 0.5 s)")
 	// The default: the overload matrix's C = 16, S = 20 ms between a small
 	// fast downstream and a large slow one, which the rule was not tuned on.
 	startsSizes = flag.String("starts.sizes", "4,2ms 16,20ms 64,100ms", "TestStarts: the downstreams, C,S separated by spaces (C workers, mean service time S)")
@@ -192,8 +193,15 @@ func startCell(t *testing.T, kind string, d backend.Dist, c int, s time.Duration
 			be, err := backend.New(kind, c, s, d, seed)
 			require.NoError(t, err)
 			var opts []limiter.Option
-			if fixed {
-				alg, err := limiter.FixedConfig{Limit: c + 8}.New()
+			var cfg limiter.AlgorithmConfig
+			switch {
+			case fixed:
+				cfg = limiter.FixedConfig{Limit: c + 8}
+			case *startsInitial > 0:
+				cfg = limiter.AIMDConfig{InitialLimit: max(1, int(*startsInitial*float64(c)))}
+			}
+			if cfg != nil {
+				alg, err := cfg.New()
 				require.NoError(t, err)
 				opts = append(opts, limiter.WithAlgorithm(alg))
 			}
