@@ -66,8 +66,8 @@ timeline:
 ## starts: fresh default limiters at three sizes (C = 4, S = 2 ms; the
 ## matrix's C = 16, S = 20 ms; C = 64, S = 100 ms), every latency shape and
 ## load from the first call, beside a fixed C+8, in virtual time, and per
-## size the cells that miss issue 29's targets (bench/starts_test.go, about
-## a minute). STARTS_SIZES='8,200ms 32,50ms' runs other sizes (C,S
+## size the cells that miss issue 29's targets and the mean goodput over
+## 1x to 5x (bench/starts_test.go, about a minute). STARTS_SIZES='8,200ms 32,50ms' runs other sizes (C,S
 ## separated by spaces); STARTS_FLAGS=-starts.seed=4 other seeds,
 ## STARTS_FLAGS=-starts.initial=2 a default limiter told InitialLimit 2·C
 ## instead of the admit-all start, and STARTS_FLAGS=-starts.scale=0.5 the
