@@ -65,6 +65,23 @@ func ExampleWithMethod() {
 	// Output:
 }
 
+// A fresh server admits every call until the first returns. In front of
+// a slow downstream whose capacity you know, about 64 calls of 100 ms at
+// once here, starting from twice that keeps a start into overload from
+// queueing everything that arrived before the first call returned.
+func ExampleWithDefault_initialLimit() {
+	const capacity = 64
+	srv, err := interceptor.NewServer(interceptor.WithDefault(interceptor.Limit{
+		Algorithm: limiter.AIMDConfig{InitialLimit: 2 * capacity},
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	_ = grpc.NewServer(srv.ServerOptions()...)
+	// Output:
+}
+
 // Configuration mistakes are errors at construction, all at once.
 func ExampleNewServer_errors() {
 	_, err := interceptor.NewServer(
