@@ -122,6 +122,24 @@ func parseSizes(flagName, v string) ([]size, error) {
 	return out, nil
 }
 
+// shapeDists are the latency shapes make shapes and make starts run by
+// default: the five issue 29 names. -shapes.dists and -starts.dists pick
+// others (uniform, pareto).
+const shapeDists = "constant,exponential,bimodal,lognormal,methods"
+
+// parseDists parses a comma-separated list of latency shapes.
+func parseDists(flagName, v string) ([]backend.Dist, error) {
+	var out []backend.Dist
+	for _, f := range strings.Split(v, ",") {
+		d, err := backend.ParseDist(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %w", flagName, v, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
 // matrixStatic is the static row's limit: told C, it admits C + 8.
 func matrixStatic() int { return matrixC + 8 }
 

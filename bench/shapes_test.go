@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/internal/testbed/backend"
 	"github.com/sluice-go/sluice/internal/testbed/limitload"
 	"github.com/sluice-go/sluice/limiter"
 )
@@ -21,6 +20,7 @@ var (
 	shapes       = flag.Bool("shapes", false, "run TestShapes: the default limit beside a fixed C+8 on every latency shape and load, in virtual time (a few minutes)")
 	shapesAlg    = flag.String("shapes.alg", "aimd", "TestShapes: the algorithm beside C+8: aimd (the default), vegas or gradient2")
 	shapesSize   = flag.String("shapes.size", "16,20ms", "TestShapes: the downstream, C,S (C workers, mean service time S)")
+	shapesDists  = flag.String("shapes.dists", shapeDists, "TestShapes: the latency shapes, separated by commas (constant, uniform, exponential, bimodal, lognormal, methods, pareto)")
 	shapesScaled = flag.Bool("shapes.scaled", false, "TestShapes: the warm-up, the load and the seconds left out scaled by S/20ms, so that every S has the calls S = 20 ms has")
 )
 
@@ -67,7 +67,8 @@ func TestShapes(t *testing.T) {
 	if *shapesScaled {
 		scale = float64(s) / float64(20*time.Millisecond)
 	}
-	dists := []backend.Dist{backend.Constant, backend.Exponential, backend.Bimodal, backend.Lognormal, backend.TwoMethods}
+	dists, err := parseDists("-shapes.dists", *shapesDists)
+	require.NoError(t, err)
 	var mu sync.Mutex
 	lines := map[string]string{}
 	results := map[string][2]limitload.ShapeResult{}

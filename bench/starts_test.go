@@ -24,6 +24,7 @@ var (
 	startsServer  = flag.Bool("starts.server", false, "TestStarts reports overruns as a server interceptor does: one within twice the learned RTT is Ignored")
 	startsSeed    = flag.Uint64("starts.seed", 1, "TestStarts runs seeds starts.seed to starts.seed+2")
 	startsInitial = flag.Float64("starts.initial", 0, "TestStarts: the default limiter's AIMDConfig.InitialLimit as a multiple of C (0: unset, the start admits every call until the first returns)")
+	startsDists   = flag.String("starts.dists", shapeDists, "TestStarts: the latency shapes, separated by commas (constant, uniform, exponential, bimodal, lognormal, methods, pareto)")
 	startsScale   = flag.Float64("starts.scale", 1, "TestStarts: each run and the second it leaves out scaled by this, as -matrix.scale scales the overload matrix's (0.5: 3 s runs counted from 0.5 s)")
 	// The default: the overload matrix's C = 16, S = 20 ms between a small
 	// fast downstream and a large slow one, which the rule was not tuned on.
@@ -44,7 +45,8 @@ func TestStarts(t *testing.T) {
 		t.Skip("a measurement, not a check: run with -starts")
 	}
 	require.Greater(t, *startsScale, 0.0, "-starts.scale scales the runs' length: it must be above 0")
-	dists := []backend.Dist{backend.Constant, backend.Exponential, backend.Bimodal, backend.Lognormal, backend.TwoMethods}
+	dists, err := parseDists("-starts.dists", *startsDists)
+	require.NoError(t, err)
 	loads := []float64{0.5, 0.8, 1, 2, 5}
 	var mu sync.Mutex
 	rows := map[string][]startResult{}

@@ -45,10 +45,17 @@ const (
 	// 80 % of calls, four times it for 20 %. Mean S, coefficient of
 	// variation 1.5.
 	TwoMethods
+	// Pareto is a tail without a variance: Pareto with α = 1.5 and mean S,
+	// S/3 at the least; one call in 160 takes over 10·S. A round trip's
+	// spread never settles, whatever its size.
+	Pareto
 )
 
 // maxDist is the last Dist.
-const maxDist = TwoMethods
+const maxDist = Pareto
+
+// paretoAlpha is Pareto's shape α; the scale S·(α−1)/α puts the mean at S.
+const paretoAlpha = 1.5
 
 // lognormalSigma is Lognormal's σ; its μ puts the mean at the service time.
 const lognormalSigma = 1.2
@@ -67,12 +74,14 @@ func (d Dist) String() string {
 		return "lognormal"
 	case TwoMethods:
 		return "methods"
+	case Pareto:
+		return "pareto"
 	}
 	return fmt.Sprintf("Dist(%d)", uint8(d))
 }
 
 // ParseDist parses a Dist's name: "constant", "uniform", "exponential",
-// "bimodal", "lognormal" or "methods".
+// "bimodal", "lognormal", "methods" or "pareto".
 func ParseDist(s string) (Dist, error) {
 	switch s {
 	case "constant", "":
@@ -87,8 +96,10 @@ func ParseDist(s string) (Dist, error) {
 		return Lognormal, nil
 	case "methods":
 		return TwoMethods, nil
+	case "pareto":
+		return Pareto, nil
 	}
-	return 0, fmt.Errorf(`backend: distribution must be "constant", "uniform", "exponential", "bimodal", "lognormal" or "methods", got %q`, s)
+	return 0, fmt.Errorf(`backend: distribution must be "constant", "uniform", "exponential", "bimodal", "lognormal", "methods" or "pareto", got %q`, s)
 }
 
 // sampler draws service times; safe for concurrent use.
@@ -126,6 +137,8 @@ func (s *sampler) next() time.Duration {
 	case Lognormal:
 		// E[exp(μ + σZ)] = exp(μ + σ²/2): the mean is m with μ = ln m − σ²/2.
 		return time.Duration(m * math.Exp(lognormalSigma*s.rng.NormFloat64()-lognormalSigma*lognormalSigma/2))
+	case Pareto:
+		return time.Duration(m * (paretoAlpha - 1) / paretoAlpha * math.Pow(1-s.rng.Float64(), -1/paretoAlpha))
 	}
 	return time.Duration(s.rng.ExpFloat64() * m)
 }
