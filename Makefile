@@ -40,7 +40,9 @@ frontier:
 ## runs it on another downstream than 16,20ms, and several sizes
 ## separated by spaces one after the other ('16,20ms 16,100ms 8,200ms');
 ## SHAPES_FLAGS=-shapes.scaled gives the run's phases the calls they have
-## at S = 20 ms (warm-up, load and the seconds left out × S/20ms).
+## at S = 20 ms (warm-up, load and the seconds left out × S/20ms), and
+## SHAPES_FLAGS=-shapes.dists=pareto,uniform runs shapes the table leaves
+## out (make starts takes -starts.dists alike).
 SHAPES_SIZE ?= 16,20ms
 shapes:
 	@set -e; for sz in $(SHAPES_SIZE); do \
