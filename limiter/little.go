@@ -239,7 +239,8 @@ func tolerance(cv, n1, n2 float64) float64 {
 }
 
 // observeSpreadLocked folds a round trip's variance, not its cv (small round
-// trips miss rare slow calls), into the moving spread and returns its own cv.
+// trips miss rare slow calls), into the moving spread and returns its own cv
+// (-1 below two successes).
 func (l *little) observeSpreadLocked(rt trip) float64 {
 	l.longest = max(rt.maxRTT, l.longest*7/8)
 	mean, variance, ok := rt.moments()
