@@ -53,6 +53,7 @@ const (
 //	full or reached, on time: up to (1+t)·c, by one at least
 //	neither, on time:         at least 1.3 × the most in flight
 //	neither, late:            r is averaged into b, if b is unconfirmed and r finite
+//	neither, b ≤ r ≤ (1+t)·b:  128 such calls in a row confirm b
 //
 // A probe holds the limit at 0.9·c until its calls are back, then judges
 // b by their mean (endProbeLocked). A full limit probes when b is 30 s
@@ -70,6 +71,7 @@ type little struct {
 	b, bMedian  time.Duration // no-load RTT (0 until the start's probe ends), its calls' median
 	nb          float64       // calls behind b
 	unconfirmed bool          // b may hold a queue, or only fast calls
+	agreeing    int           // calls of the light round trips in a row that read b
 	bDepth      int           // the probe limit b was measured at; 0 for the start's
 	bAt         time.Time     // when b was last measured
 	probes      int
@@ -214,6 +216,14 @@ func (l *little) closeLocked(at time.Time) {
 	case !late && rt.drops == 0:
 		l.setLimit(max(l.limit, burstRoom*float64(rt.maxIn))) // room for the load's own bursts
 	}
+	// Round trips in a row that held nothing back and read b to (1+t)·b, as
+	// many calls as the largest probe, confirm b: the start met no queue.
+	if !reached && r <= (1+t)*b && r >= b && rt.drops == 0 {
+		l.agreeing += rt.n
+	} else {
+		l.agreeing = 0
+	}
+	l.unconfirmed = l.unconfirmed && l.agreeing < maxProbeCalls
 	// A full limit probes when b is old, the limit halved or a late round trip doubts b.
 	old := at.Sub(l.bAt) >= max(probeEvery, probeAge*l.b)
 	if full && (old || l.limit <= l.probedAt/2 || late && (l.unconfirmed || l.nb < float64(l.need)/2)) {
@@ -277,7 +287,7 @@ func (l *little) startProbeLocked(at time.Time, limit int) {
 	l.probeLimit = min(max(limit, l.cfg.MinLimit), int(l.limit))
 	l.probeFrom, l.probeTo = at, time.Time{}
 	l.probe, l.probeRTTs = trip{}, l.probeRTTs[:0]
-	l.probeBack, l.grants, l.mostIn = 0, 0, 0
+	l.probeBack, l.grants, l.mostIn, l.agreeing = 0, 0, 0, 0
 }
 
 // probeLocked times the calls granted under the probe limit. Admission
@@ -348,7 +358,7 @@ func (l *little) probeLocked(s Sample) {
 //
 // b is unconfirmed after the start and after a p that fell in proportion
 // to d, until a p agrees from below b's depth or the round trip's
-// throughput. Until then, and after a probe that told nothing, one at d/2
+// throughput, or light load reads it (closeLocked). Until then, and after a probe that told nothing, one at d/2
 // follows, unless it could not tell a p halved by a queue from p.
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady

@@ -101,6 +101,49 @@ func TestLittleRoomForBursts(t *testing.T) {
 	}
 }
 
+// TestLittleLightLoadConfirms: a start's b is confirmed by round trips in
+// a row that held nothing back and read b to (1+t)·b, as many calls as
+// the largest probe times, as an agreeing probe from below would: the
+// start met no queue that these calls miss. Left unconfirmed at light
+// load, the first burst to fill the limit cut it all the way and set off
+// probes at half depth that held a C = 8, S = 200 ms downstream at 3 of 8
+// permits for 1.7 s.
+func TestLittleLightLoadConfirms(t *testing.T) {
+	ms := time.Millisecond
+	type trip struct {
+		rtt     time.Duration
+		reached bool // one call found the limit full
+	}
+	run := func(n int, tr trip) []trip { return slices.Repeat([]trip{tr}, n) }
+	tests := []struct {
+		name          string
+		trips         []trip
+		wantConfirmed bool
+	}{
+		{"128 calls at b to (1+t)·b", run(13, trip{11 * ms, false}), true},
+		{"120 calls: not yet", run(12, trip{11 * ms, false}), false},
+		{"at b exactly", run(13, trip{10 * ms, false}), true},
+		{"below b: b may hold a queue", run(13, trip{9 * ms, false}), false},
+		{"a late one breaks the run", slices.Concat(run(6, trip{11 * ms, false}), run(1, trip{14 * ms, false}), run(6, trip{11 * ms, false})), false},
+		{"they reached the limit", run(13, trip{11 * ms, true}), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, at := steadyLittle(t, 40)
+			l.unconfirmed = true
+			for _, tr := range tt.trips {
+				samples := roundTrip(at, tr.rtt, 10, 10, Success)
+				if tr.reached {
+					samples[len(samples)-1].Inflight = int(l.limit)
+				}
+				feed(l, samples)
+				at = at.Add(tr.rtt)
+			}
+			assert.Equal(t, tt.wantConfirmed, !l.unconfirmed)
+		})
+	}
+}
+
 // TestLittleLateMovesTheMedian: a full round trip is late only if its
 // mean is and more than half its calls are slower than b's median: a
 // queue delays every call, while a mean made late by a few slow calls
