@@ -131,8 +131,9 @@ func (r startResult) String() string {
 // miss issue 29's targets (judge) against the fixed C + 8 of the same
 // seeds, by their medians, and how many have a seed below 0.85 of ideal,
 // then the mean goodput of its 1× to 5× medians and C + 8's, each capped
-// at 1: one number to compare two variants by. The targets were set for warm runs at C = 16, S = 20 ms; these are
-// cold starts at three sizes, a harder test.
+// at 1: one number to compare two variants by. The targets were set for
+// warm runs at C = 16, S = 20 ms; these are cold starts at three sizes, a
+// harder test.
 func judgeStarts(out *strings.Builder, order []string, rows map[string][]startResult, loads []float64) {
 	type count struct{ missed, of int }
 	type tally struct {
