@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-// phase is where a little controller is in its cycle.
+// phase is where a little controller is in its cycle, and what moves it on.
 type phase int
 
 const (
-	starting   phase = iota // admits every call until the first returns: a guess would refuse a healthy downstream
-	probing                 // holds the limit below the capacity: the calls granted meet no queue
-	collecting              // grants no more of the probe's calls and waits for its slow ones
-	steady                  // applies the rule once per round trip
+	starting   phase = iota // admits every call (a guess would refuse a healthy downstream); probing once the first returns
+	probing                 // holds the limit below the capacity, so its calls meet no queue; collecting once they are granted
+	collecting              // waits for the probe's slow calls; then steady, or probing again at half the depth
+	steady                  // applies the rule once per round trip; probing when a full limit doubts b or calls told nothing
 )
 
 // Tuning of the little controller, one place.
@@ -40,10 +40,9 @@ const (
 	maxWindowSamples = 256 // most samples a round trip needs, however noisy the RTTs
 )
 
-// little is AIMD's adaptive rule; docs/design.md ("The rule", "Probes")
-// has its reasons. Per round trip of n calls with m in flight on average,
-// r their time in flight per success (a drop counts its time) and b the
-// no-load RTT, the mean of a probe's nb calls:
+// little is AIMD's adaptive rule (docs/design.md has its reasons). Per round
+// trip of n calls, m in flight on average, r their time in flight per success
+// (a drop counts its time) and b the no-load RTT, a probe's nb calls' mean:
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the RTTs' spread, not their shape
 //	c = m·b/r                         calls carried without a queue (Little)
@@ -55,9 +54,8 @@ const (
 //	neither, late:            r is averaged into b, if b is unconfirmed and r finite
 //	neither, b ≤ r ≤ (1+t)·b:  128 such calls in a row confirm b
 //
-// A probe holds the limit at 0.9·c until its calls are back, then judges
-// b by their mean (endProbeLocked). A full limit probes when b is 30 s
-// and 1500 b's old, the limit has halved, or a late round trip doubts b.
+// A full limit probes when b is 30 s and 1500 b's old, the limit halved or a
+// late round trip doubts b: 0.9·c until its calls are back (endProbeLocked).
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
@@ -185,10 +183,8 @@ func (l *little) closeLocked(at time.Time) {
 	if rt.n == 0 || l.b == 0 || !at.After(rt.opened) {
 		return
 	}
-	ok := rt.successes()
-	r := rt.perSuccess()
-	m := float64(rt.sumIn) / float64(rt.n)
-	b := float64(l.b)
+	ok, r := rt.successes(), rt.perSuccess()
+	m, b := float64(rt.sumIn)/float64(rt.n), float64(l.b)
 	t := tolerance(l.cv, float64(rt.n), l.nb)
 	c := m * b / r // Little's law
 	if ok == 0 {
@@ -196,8 +192,7 @@ func (l *little) closeLocked(at time.Time) {
 	}
 	target := (1 + t) * c
 	admits := math.Floor(l.limit) // what the Limiter enforces
-	full := m >= fullShare*admits
-	reached := float64(rt.maxIn) >= fullShare*admits
+	full, reached := m >= fullShare*admits, float64(rt.maxIn) >= fullShare*admits
 	// A queue moves the median too; a late mean alone is a tail of slow calls.
 	slower := float64(rt.slow)/float64(rt.n) > 0.5+signSigmas*0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
 	late := r > (1+t)*b && slower
@@ -334,8 +329,7 @@ func (l *little) probeLocked(s Sample) {
 		}
 	}
 	if l.phase == probing && max(l.grants, l.probeBack) >= l.probeCalls(l.probeLimit) {
-		l.phase = collecting // the quota is granted, or (no Limiter counts grants) back
-		l.probeTo = s.At
+		l.phase, l.probeTo = collecting, s.At // the quota is granted, or (no Limiter counts grants) back
 	}
 	if l.phase == collecting {
 		// Every call granted is back, or (uncounted, or lost to a stream) the
@@ -358,8 +352,9 @@ func (l *little) probeLocked(s Sample) {
 //
 // b is unconfirmed after the start and after a p that fell in proportion
 // to d, until a p agrees from below b's depth or the round trip's
-// throughput, or light load reads it (closeLocked). Until then, and after a probe that told nothing, one at d/2
-// follows, unless it could not tell a p halved by a queue from p.
+// throughput, or light load reads it (closeLocked). Until then, and after
+// a probe that told nothing, one at d/2 follows, unless it could not tell
+// a p halved by a queue from p.
 func (l *little) endProbeLocked(at time.Time) {
 	l.phase = steady
 	l.win.close(at)
