@@ -50,8 +50,8 @@ const (
 //	full: m ≥ 0.9·limit; reached: most in flight ≥ 0.9·limit
 //	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one at least
+//	neither, r > (1+t)·b:     r is averaged into b, if b is unconfirmed and r finite
 //	neither, on time:         at least 1.3 × the most in flight
-//	neither, late:            r is averaged into b, if b is unconfirmed and r finite
 //	neither, b ≤ r ≤ (1+t)·b:  128 such calls in a row confirm b
 //
 // A full limit probes when b is 30 s and 1500 b's old, the limit halved or a
@@ -205,8 +205,8 @@ func (l *little) closeLocked(at time.Time) {
 		l.setLimit(l.limit + max(1, target-l.limit))
 	case reached && !late:
 		l.setLimit(l.limit + max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
-	case late && l.unconfirmed && !reached && ok > 0:
-		// Nothing held the load back, yet it was late: b rests on too few calls.
+	case r > (1+t)*b && l.unconfirmed && !reached && ok > 0:
+		// Nothing held the load back, yet r was late: b rests on too few calls (a tail missed).
 		l.averageIntoB(l.nb, r, float64(rt.n))
 	case !late && rt.drops == 0:
 		l.setLimit(max(l.limit, burstRoom*float64(rt.maxIn))) // room for the load's own bursts

@@ -177,28 +177,37 @@ func TestLittleLateMovesTheMedian(t *testing.T) {
 	}
 }
 
-// TestLittleLateBelowTheLimit: a late round trip the limit never came
-// near re-measures an unconfirmed b, which a start may have taken from
-// its fast calls only; a confirmed b, or a round trip that reached the
-// limit, says nothing about b. The limit stays where it was.
+// TestLittleLateBelowTheLimit: a round trip the limit never came near
+// whose mean is late re-measures an unconfirmed b, which a start may have
+// taken from its fast calls only, even if its median is on time: with
+// nothing held back, a late mean is a tail b missed, not a queue. A
+// confirmed b, or a round trip that reached the limit, says nothing
+// about b. The limit stays where it was.
 func TestLittleLateBelowTheLimit(t *testing.T) {
 	ms := time.Millisecond
 	tests := []struct {
 		name        string
 		unconfirmed bool
 		peak        int // one call's in flight, if not 0
+		fast        int // of the 10 calls at 30 ms, made 5 ms and the rest 55 ms: r 30 ms, median 5 ms
 		wantB       time.Duration
 	}{
 		// b of 10 calls at 10 ms and 10 calls at 30 ms: 20 ms.
-		{"b unconfirmed", true, 0, 20 * ms},
-		{"b confirmed", false, 0, 10 * ms},
-		{"b unconfirmed, the limit reached", true, 40, 10 * ms},
+		{"b unconfirmed", true, 0, 0, 20 * ms},
+		{"b unconfirmed, a slow tail only", true, 0, 5, 20 * ms},
+		{"b confirmed", false, 0, 0, 10 * ms},
+		{"b confirmed, a slow tail only", false, 0, 5, 10 * ms},
+		{"b unconfirmed, the limit reached", true, 40, 0, 10 * ms},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l, at := steadyLittle(t, 40)
 			l.unconfirmed, l.nb = tt.unconfirmed, 10
 			trip := roundTrip(at, 30*ms, 10, 20, Success)
+			for i := range tt.fast {
+				trip[i].RTT, trip[i].At = 5*ms, at.Add(5*ms)
+				trip[len(trip)-1-i].RTT, trip[len(trip)-1-i].At = 55*ms, at.Add(55*ms)
+			}
 			if tt.peak != 0 {
 				trip[len(trip)-1].Inflight = tt.peak
 			}
