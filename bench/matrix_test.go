@@ -571,7 +571,9 @@ func startRig(ctx context.Context, sc scenario, p matrixProtection, seed uint64)
 	if sc.quota > 0 {
 		svc = quotaService(svc, sc.quota, seed)
 	}
-	srv := grpc.NewServer(sopts...)
+	// Stop waits for handlers: a backend finishes a call its client gave up
+	// on, and goleak would find it at the end of the run.
+	srv := grpc.NewServer(append(sopts, grpc.WaitForHandlers(true))...)
 	testpb.RegisterTestServiceServer(srv, svc)
 	if sc.methods {
 		registerMethods(srv, be)
