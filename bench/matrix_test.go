@@ -538,6 +538,13 @@ type rig struct {
 	close func()
 }
 
+// newRigServer is a gRPC server whose Stop waits for its handlers: a
+// backend finishes a call its client gave up on, and goleak would find it
+// at the end of the run.
+func newRigServer(sopts []grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append(sopts, grpc.WaitForHandlers(true))...)
+}
+
 // startRig builds the rig of one run of sc with p.
 func startRig(ctx context.Context, sc scenario, p matrixProtection, seed uint64) (_ *rig, err error) {
 	be, err := backend.New(sc.kind, matrixC, sc.service, sc.dist, seed)
@@ -571,9 +578,7 @@ func startRig(ctx context.Context, sc scenario, p matrixProtection, seed uint64)
 	if sc.quota > 0 {
 		svc = quotaService(svc, sc.quota, seed)
 	}
-	// Stop waits for handlers: a backend finishes a call its client gave up
-	// on, and goleak would find it at the end of the run.
-	srv := grpc.NewServer(append(sopts, grpc.WaitForHandlers(true))...)
+	srv := newRigServer(sopts)
 	testpb.RegisterTestServiceServer(srv, svc)
 	if sc.methods {
 		registerMethods(srv, be)

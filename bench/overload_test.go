@@ -251,9 +251,7 @@ func runOverload(ctx context.Context, p protection, phases []overloadPhase) (ove
 	}
 	defer done()
 
-	// Stop waits for handlers: a backend finishes a call its client gave up
-	// on, and goleak would find it at the end of the run.
-	srv := grpc.NewServer(append(sopts, grpc.WaitForHandlers(true))...)
+	srv := newRigServer(sopts)
 	testpb.RegisterTestServiceServer(srv, overload.Service(be))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -195,7 +195,8 @@ func (l *little) closeLocked(at time.Time) {
 	full, reached := m >= fullShare*admits, float64(rt.maxIn) >= fullShare*admits
 	// A queue moves the median too; a late mean alone is a tail of slow calls.
 	slower := float64(rt.slow)/float64(rt.n) > 0.5+signSigmas*0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
-	late := r > (1+t)*b && slower
+	meanLate := r > (1+t)*b
+	late := meanLate && slower
 	switch {
 	case full && late && l.unconfirmed:
 		l.setLimit(min(target, l.limit)) // b holds a queue if anything, and c errs high
@@ -205,7 +206,7 @@ func (l *little) closeLocked(at time.Time) {
 		l.setLimit(l.limit + max(1, target-l.limit))
 	case reached && !late:
 		l.setLimit(l.limit + max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
-	case r > (1+t)*b && l.unconfirmed && !reached && ok > 0:
+	case meanLate && l.unconfirmed && !reached && ok > 0:
 		// Nothing held the load back, yet r was late: b rests on too few calls (a tail missed).
 		l.averageIntoB(l.nb, r, float64(rt.n))
 	case !late && rt.drops == 0:
