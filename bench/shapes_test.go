@@ -3,6 +3,7 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -144,9 +145,10 @@ type verdict struct{ rejected, good, p99 bool }
 // (≤ 0.5 % beyond the handler's own refusals at the quota row); at 1×
 // goodput ≥ C + 8's − 0.02; above it goodput ≥ C + 8's − 0.01 and p99 ≤
 // 1.1 × C + 8's. Goodput is capped at 1 of ideal, since above it a limit
-// counts fast calls while slow ones overrun.
+// counts fast calls while slow ones overrun. A result without a number
+// (NaN: no success to time) misses.
 func judge(load float64, quota bool, r, fixed limitload.ShapeResult) verdict {
-	lowGood := min(r.Good, 1) < min(fixed.Good, 1)-goodSlack(load)
+	lowGood := !(min(r.Good, 1) >= min(fixed.Good, 1)-goodSlack(load))
 	switch {
 	case quota:
 		return verdict{rejected: r.Rejected > 0.005}
@@ -155,7 +157,7 @@ func judge(load float64, quota bool, r, fixed limitload.ShapeResult) verdict {
 	case load == 1:
 		return verdict{good: lowGood}
 	}
-	return verdict{good: lowGood, p99: r.P99 > 1.1*fixed.P99}
+	return verdict{good: lowGood, p99: !(r.P99 <= 1.1*fixed.P99)}
 }
 
 // goodSlack is how far below C + 8's goodput the default's may read at
@@ -173,13 +175,17 @@ func missesTarget(load float64, quota bool, r, fixed limitload.ShapeResult) stri
 	v := judge(load, quota, r, fixed)
 	var why []string
 	if v.rejected {
-		why = append(why, fmt.Sprintf("%.2f %% rejected", 100*r.Rejected))
+		bound := 0.1
+		if quota {
+			bound = 0.5
+		}
+		why = append(why, fmt.Sprintf("%.2f %% rejected > %.1f %%", 100*r.Rejected, bound))
 	}
 	if v.good {
-		why = append(why, fmt.Sprintf("goodput %.3f < %.3f − %.2f", min(r.Good, 1), min(fixed.Good, 1), goodSlack(load)))
+		why = append(why, fmt.Sprintf("goodput %.3f < C+8's %.3f − %.2f", min(r.Good, 1), min(fixed.Good, 1), goodSlack(load)))
 	}
 	if v.p99 {
-		why = append(why, fmt.Sprintf("p99 %.2f·S > 1.1 × %.2f·S", r.P99, fixed.P99))
+		why = append(why, fmt.Sprintf("p99 %.2f·S > 1.1 × C+8's %.2f·S", r.P99, fixed.P99))
 	}
 	return strings.Join(why, "; ")
 }
@@ -197,14 +203,15 @@ func TestMissesTarget(t *testing.T) {
 		wantMissed string
 	}{
 		{"0.8x met", 0.8, false, at(1, 2, 0.001), at(1, 2, 0), ""},
-		{"0.8x rejects", 0.8, false, at(0.99, 2, 0.002), at(1, 2, 0), "0.20 % rejected"},
+		{"0.8x rejects", 0.8, false, at(0.99, 2, 0.002), at(1, 2, 0), "0.20 % rejected > 0.1 %"},
 		{"quota met", 0.7, true, at(0.97, 2, 0.005), at(0.97, 2, 0), ""},
-		{"quota rejects", 0.7, true, at(0.97, 2, 0.006), at(0.97, 2, 0), "0.60 % rejected"},
+		{"quota rejects", 0.7, true, at(0.97, 2, 0.006), at(0.97, 2, 0), "0.60 % rejected > 0.5 %"},
 		{"1x met", 1, false, at(0.93, 2, 0.07), at(0.95, 2, 0.05), ""},
-		{"1x low", 1, false, at(0.92, 2, 0.08), at(0.95, 2, 0.05), "goodput 0.920 < 0.950 − 0.02"},
+		{"1x low", 1, false, at(0.92, 2, 0.08), at(0.95, 2, 0.05), "goodput 0.920 < C+8's 0.950 − 0.02"},
 		{"2x met", 2, false, at(0.99, 2.2, 0.5), at(1, 2, 0.5), ""},
-		{"2x low and slow", 2, false, at(0.98, 2.3, 0.5), at(1, 2, 0.5), "goodput 0.980 < 1.000 − 0.01; p99 2.30·S > 1.1 × 2.00·S"},
+		{"2x low and slow", 2, false, at(0.98, 2.3, 0.5), at(1, 2, 0.5), "goodput 0.980 < C+8's 1.000 − 0.01; p99 2.30·S > 1.1 × C+8's 2.00·S"},
 		{"5x above ideal counts as 1", 5, false, at(1.2, 2, 0.8), at(1.05, 2, 0.8), ""},
+		{"5x without a success", 5, false, at(0, math.NaN(), 1), at(1, 2, 0.8), "goodput 0.000 < C+8's 1.000 − 0.01; p99 NaN·S > 1.1 × C+8's 2.00·S"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.wantMissed, missesTarget(tc.load, tc.quota, tc.r, tc.fixed))
