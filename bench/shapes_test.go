@@ -150,14 +150,21 @@ type verdict struct{ rejected, good, p99 bool }
 func judge(load float64, quota bool, r, fixed limitload.ShapeResult) verdict {
 	lowGood := !(min(r.Good, 1) >= min(fixed.Good, 1)-goodSlack(load))
 	switch {
-	case quota:
-		return verdict{rejected: r.Rejected > 0.005}
-	case load < 1:
-		return verdict{rejected: r.Rejected > 0.001}
+	case quota || load < 1:
+		return verdict{rejected: r.Rejected > rejectBound(quota)}
 	case load == 1:
 		return verdict{good: lowGood}
 	}
 	return verdict{good: lowGood, p99: !(r.P99 <= 1.1*fixed.P99)}
+}
+
+// rejectBound is the share of calls the default may reject below the
+// capacity: beyond the handler's own refusals at the quota row.
+func rejectBound(quota bool) float64 {
+	if quota {
+		return 0.005
+	}
+	return 0.001
 }
 
 // goodSlack is how far below C + 8's goodput the default's may read at
@@ -175,11 +182,7 @@ func missesTarget(load float64, quota bool, r, fixed limitload.ShapeResult) stri
 	v := judge(load, quota, r, fixed)
 	var why []string
 	if v.rejected {
-		bound := 0.1
-		if quota {
-			bound = 0.5
-		}
-		why = append(why, fmt.Sprintf("%.2f %% rejected > %.1f %%", 100*r.Rejected, bound))
+		why = append(why, fmt.Sprintf("%.2f %% rejected > %.1f %%", 100*r.Rejected, 100*rejectBound(quota)))
 	}
 	if v.good {
 		why = append(why, fmt.Sprintf("goodput %.3f < C+8's %.3f − %.2f", min(r.Good, 1), min(fixed.Good, 1), goodSlack(load)))
