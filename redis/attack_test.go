@@ -85,7 +85,7 @@ func TestAttackDeniedFloodCostsRedisNothing(t *testing.T) {
 func TestAttackDeniedFloodOverGRPC(t *testing.T) {
 	s := startRedis(t)
 	c, n := countedClient(t, s)
-	l, err := New(c, 0.001, 1)
+	l, err := New(c, 0.001, 1, WithTimeout(testTimeout))
 	require.NoError(t, err)
 	client := replica(t, l)
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "attacker")
@@ -108,7 +108,7 @@ func TestAttackDeniedFloodOverGRPC(t *testing.T) {
 func TestAttackRefundFlood(t *testing.T) {
 	s := startRedis(t)
 	c, n := countedClient(t, s)
-	l, err := New(c, 0.01, 5)
+	l, err := New(c, 0.01, 5, WithTimeout(testTimeout))
 	require.NoError(t, err)
 	client := serve(t,
 		interceptor.WithCallerLimiter(callerkey.Metadata("x-api-key"), l),

@@ -57,7 +57,7 @@ func TestFleetQuota(t *testing.T) {
 	s := startRedis(t)
 	var clients []testpb.TestServiceClient
 	for range 2 {
-		l, err := New(s.client(t), 0.001, 2)
+		l, err := New(s.client(t), 0.001, 2, WithTimeout(testTimeout))
 		require.NoError(t, err)
 		clients = append(clients, replica(t, l))
 	}
