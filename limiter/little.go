@@ -40,17 +40,17 @@ const (
 	maxWindowSamples = 256 // most samples a round trip needs, however noisy the RTTs
 )
 
-// little is AIMD's adaptive rule (docs/design.md has its reasons). Per round
-// trip of n calls, m in flight on average, r their time in flight per success
-// (a drop counts its time) and b the no-load RTT, a probe's nb calls' mean:
+// little is AIMD's adaptive rule (docs/design.md). Per round trip of n calls
+// (over early once most are drops), m in flight on average, r their time in
+// flight per success (a drop counts its time), b the no-load RTT (nb calls):
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the RTTs' spread, not their shape
 //	c = m·b/r                         calls carried without a queue (Little)
 //	late: r > (1+t)·b, and over half its calls slower than b's median (sign test)
-//	full: m ≥ 0.9·limit; reached: most in flight ≥ 0.9·limit
+//	reached: most in flight ≥ 0.9·limit; full: m ≥ 0.9·limit, or reached and most dropped
 //	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one at least
-//	neither, r > (1+t)·b:     r is averaged into b, if b is unconfirmed and r finite
+//	neither, r > (1+t)·b:     r is averaged into b, if b is unconfirmed and most succeeded
 //	neither, on time:         at least 1.3 × the most in flight
 //	neither, b ≤ r ≤ (1+t)·b:  128 such calls in a row confirm b
 //
@@ -147,7 +147,7 @@ func (l *little) Update(s Sample) int {
 		if s.Outcome == Dropped || s.RTT > l.bMedian {
 			l.win.slow++
 		}
-		if l.win.add(s, l.need) {
+		if l.win.add(s, l.need) || l.win.overran(l.need) {
 			l.closeLocked(s.At)
 		}
 	}
@@ -192,7 +192,9 @@ func (l *little) closeLocked(at time.Time) {
 	}
 	target := (1 + t) * c
 	admits := math.Floor(l.limit) // what the Limiter enforces
-	full, reached := m >= fullShare*admits, float64(rt.maxIn) >= fullShare*admits
+	overran := 2*rt.drops > rt.n  // the limit let in too many, whatever the mean in flight
+	reached := float64(rt.maxIn) >= fullShare*admits
+	full := m >= fullShare*admits || reached && overran
 	// A queue moves the median too; a late mean alone is a tail of slow calls.
 	slower := float64(rt.slow)/float64(rt.n) > 0.5+signSigmas*0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
 	meanLate := r > (1+t)*b
@@ -206,7 +208,7 @@ func (l *little) closeLocked(at time.Time) {
 		l.setLimit(l.limit + max(1, target-l.limit))
 	case reached && !late:
 		l.setLimit(l.limit + max(min(float64(rt.n)/admits, admits), 1, target-l.limit))
-	case meanLate && l.unconfirmed && !reached && ok > 0:
+	case meanLate && l.unconfirmed && !reached && !overran:
 		// Nothing held the load back, yet r was late: b rests on too few calls (a tail missed).
 		l.averageIntoB(l.nb, r, float64(rt.n))
 	case !late && rt.drops == 0:

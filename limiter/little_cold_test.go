@@ -167,6 +167,33 @@ func TestColdOverload(t *testing.T) {
 	}
 }
 
+// TestColdFlood: with processor sharing at 5× from the first call, C = 64
+// and S = 100 ms, nothing returns until the start has admitted MaxLimit
+// calls, and each then shares the backend with a thousand others and
+// overruns its 1 s deadline. The round trips that follow are mostly drops
+// granted while the flood rose, so their mean in flight is half the
+// limit: they must still count as full, and end without waiting a
+// deadline for a call of their own. The median of three seeds keeps 70 %
+// of the ideal goodput from the first second to the sixth.
+func TestColdFlood(t *testing.T) {
+	if testing.Short() || limiter.RaceEnabled {
+		t.Skip("make test runs it without -race")
+	}
+	const c, s = 64, 100 * time.Millisecond
+	var goods []float64
+	for seed := uint64(1); seed <= 3; seed++ {
+		synctest.Test(t, func(t *testing.T) {
+			lim, be := newLimitedBackend(t, "ps", c, s, backend.Constant, seed)
+			rate := float64(c) / s.Seconds()
+			rep := runLoad(t, lim, be, s, 5*rate, 6*time.Second, seed)
+			goods = append(goods, rep.Phase(0, time.Second).Goodput/rate)
+		})
+	}
+	slices.Sort(goods)
+	t.Logf("goodput / ideal %.3f", goods)
+	assert.GreaterOrEqual(t, goods[1], 0.7, "median goodput / ideal")
+}
+
 // TestColdProbeAtStartDepth: with processor sharing at 3× from the first
 // call the start's b holds a queue, and c = m·b/r, by Little's law, is
 // about the depth the start's calls met: the first probe, at 0.9·c, meets

@@ -54,6 +54,11 @@ func TestLittleRule(t *testing.T) {
 		// Nothing succeeded: late, and c unknown: the target is half the
 		// limit, and the limit moves half way down to it.
 		{"all dropped", 10 * ms, 40, 10, 30, 40, 0},
+		// Most calls dropped in a round trip that reached the limit: it let
+		// in too many, though most were granted below it (m = 22). c =
+		// 22·10/(100/3) = 6.6. Below the limit, drops cut nothing.
+		{"reached, most dropped", 10 * ms, 20, 7, 40 + 0.5*(1.3*6.6-40), 40, 40},
+		{"not reached, most dropped", 10 * ms, 20, 7, 40, 40, 0},
 		// A full limit grows to 1.3·c = 5.2, not past it: a queue of t·c
 		// is what c allows.
 		{"full and on time, small limit", 10 * ms, 4, 0, 5.2, 4, 0},
@@ -74,6 +79,36 @@ func TestLittleRule(t *testing.T) {
 			}
 			feed(l, trip)
 			assert.InDelta(t, tt.want, l.limit, 1e-6)
+		})
+	}
+}
+
+// TestLittleOverrunCloses: a round trip ends once a call granted after it
+// opened is back, or once most of its calls are drops: calls granted
+// before it that overran tell of overload a deadline sooner.
+func TestLittleOverrunCloses(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name   string
+		drops  int // of 10 calls granted before the round trip opened, 40 in flight
+		want   float64
+		closed bool
+	}{
+		// Full and late: r = 100/3 ms, c = 40·10/r = 12, half way down to 1.3·c.
+		{"most dropped: over, and cut", 7, 40 + 0.5*(1.3*12-40), true},
+		{"some dropped: waits for a call of its own", 3, 40, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, at := steadyLittle(t, 40)
+			l.win.opened = at
+			trip := roundTrip(at.Add(-5*ms), 10*ms, 10, 40, Success)
+			for i := range tt.drops {
+				trip[i].Outcome = Dropped
+			}
+			feed(l, trip)
+			assert.InDelta(t, tt.want, l.limit, 1e-6)
+			assert.Equal(t, tt.closed, l.win.n == 0, "round trip over")
 		})
 	}
 }
