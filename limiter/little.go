@@ -192,9 +192,8 @@ func (l *little) closeLocked(at time.Time) {
 	}
 	target := (1 + t) * c
 	admits := math.Floor(l.limit) // what the Limiter enforces
-	overran := 2*rt.drops > rt.n  // the limit let in too many, whatever the mean in flight
-	reached := float64(rt.maxIn) >= fullShare*admits
-	full := m >= fullShare*admits || reached && overran
+	overran, reached := rt.mostlyDropped(), float64(rt.maxIn) >= fullShare*admits
+	full := m >= fullShare*admits || reached && overran // mostly dropped: too many let in, whatever m
 	// A queue moves the median too; a late mean alone is a tail of slow calls.
 	slower := float64(rt.slow)/float64(rt.n) > 0.5+signSigmas*0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
 	meanLate := r > (1+t)*b

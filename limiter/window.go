@@ -20,7 +20,7 @@ func (w *window) add(s Sample, minSamples int) bool {
 // dropped: calls granted before it opened tell of overload too, and
 // waiting for one of its own would take a deadline.
 func (w *window) overran(minSamples int) bool {
-	return w.n >= minSamples && 2*w.drops > w.n
+	return w.n >= minSamples && w.mostlyDropped()
 }
 
 // skip records s, timed and Ignored, and reports whether w is complete with
@@ -78,6 +78,8 @@ func (r *trip) add(s Sample) {
 }
 
 func (r trip) successes() int { return r.n - r.drops }
+
+func (r trip) mostlyDropped() bool { return 2*r.drops > r.n }
 
 // toldNothing reports whether the round trip's calls were all Ignored, or
 // mostly so when mostly is set.
