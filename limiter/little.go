@@ -41,10 +41,10 @@ const (
 )
 
 // little is AIMD's adaptive rule (docs/design.md). Per round trip of n calls
-// (over early once most are drops), m in flight on average, r their time in
-// flight per success (a drop counts its time), b the no-load RTT (nb calls):
+// (over once most are drops, if the last did not cut), m in flight on average,
+// r their time in flight per success (a drop counts its time), b no-load RTT:
 //
-//	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the RTTs' spread, not their shape
+//	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the spread of RTTs (b's nb calls), not their shape
 //	c = m·b/r                         calls carried without a queue (Little)
 //	late: r > (1+t)·b, and over half its calls slower than b's median (sign test)
 //	reached: most in flight ≥ 0.9·limit; full: m ≥ 0.9·limit, or reached and most dropped
@@ -72,6 +72,7 @@ type little struct {
 	agreeing    int           // calls of the light round trips in a row that read b
 	bDepth      int           // the probe limit b was measured at; 0 for the start's
 	bAt         time.Time     // when b was last measured
+	cutAt       time.Time     // when a round trip last cut the limit: drops granted before tell of the old one
 	probes      int
 	probedAt    float64 // the limit the last probe left
 	rate        float64 // successes per ns of the full round trip that started the probes; 0 if unknown
@@ -147,7 +148,7 @@ func (l *little) Update(s Sample) int {
 		if s.Outcome == Dropped || s.RTT > l.bMedian {
 			l.win.slow++
 		}
-		if l.win.add(s, l.need) || l.win.overran(l.need) {
+		if l.win.add(s, l.need) || l.win.opened.After(l.cutAt) && l.win.overran(l.need) {
 			l.closeLocked(s.At)
 		}
 	}
@@ -198,6 +199,7 @@ func (l *little) closeLocked(at time.Time) {
 	slower := float64(rt.slow)/float64(rt.n) > 0.5+signSigmas*0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
 	meanLate := r > (1+t)*b
 	late := meanLate && slower
+	before := l.limit
 	switch {
 	case full && late && l.unconfirmed:
 		l.setLimit(min(target, l.limit)) // b holds a queue if anything, and c errs high
@@ -212,6 +214,9 @@ func (l *little) closeLocked(at time.Time) {
 		l.averageIntoB(l.nb, r, float64(rt.n))
 	case !late && rt.drops == 0:
 		l.setLimit(max(l.limit, burstRoom*float64(rt.maxIn))) // room for the load's own bursts
+	}
+	if l.limit < before {
+		l.cutAt = at
 	}
 	// Round trips in a row that held nothing back and read b to (1+t)·b, as
 	// many calls as the largest probe, confirm b: the start met no queue.
