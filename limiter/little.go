@@ -33,6 +33,7 @@ const (
 	maxProbeCalls = 128              // most calls a probe times, however noisy the RTTs
 	probeTrips    = 8                // most round trips of its depth a probe's calls take
 	signSigmas    = 1                // standard errors past one half, of a late round trip's share of calls slower than b's median
+	medianMargin  = 0.05             // share of b's median a call must exceed it by to count as slower: not jitter around one value
 	spreadWeight  = 0.1              // weight of a round trip in the moving spread of RTTs
 	burstRoom     = 1.3              // limit, of the most calls in flight, an on-time round trip below it keeps
 
@@ -46,7 +47,7 @@ const (
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the spread of RTTs (b's nb calls), not their shape
 //	c = m·b/r                         calls carried without a queue (Little)
-//	late: r > (1+t)·b, and over half its calls slower than b's median (sign test)
+//	late: over half its calls 5 % slower than b's median by σ and r > (1+t)·b, or by 3 σ alone
 //	reached: most in flight ≥ 0.9·limit; full: m ≥ 0.9·limit, or reached and most dropped
 //	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one at least
@@ -145,7 +146,7 @@ func (l *little) Update(s Sample) int {
 	case s.RTT < 0:
 		l.untimedLocked(s)
 	default:
-		if s.Outcome == Dropped || s.RTT > l.bMedian {
+		if s.Outcome == Dropped || float64(s.RTT) > (1+medianMargin)*float64(l.bMedian) {
 			l.win.slow++
 		}
 		if l.win.add(s, l.need) || l.win.opened.After(l.cutAt) && l.win.overran(l.need) {
@@ -195,10 +196,12 @@ func (l *little) closeLocked(at time.Time) {
 	admits := math.Floor(l.limit) // what the Limiter enforces
 	overran, reached := rt.mostlyDropped(), float64(rt.maxIn) >= fullShare*admits
 	full := m >= fullShare*admits || reached && overran // mostly dropped: too many let in, whatever m
-	// A queue moves the median too; a late mean alone is a tail of slow calls.
-	slower := float64(rt.slow)/float64(rt.n) > 0.5+signSigmas*0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
+	// A queue delays every call, so it moves the median as well as the mean:
+	// a late mean alone is a tail of slow calls, and a median past b's by
+	// lateSigmas is a queue whose slow calls are not back yet.
+	share, se := float64(rt.slow)/float64(rt.n), 0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
 	meanLate := r > (1+t)*b
-	late := meanLate && slower
+	late := meanLate && share > 0.5+signSigmas*se || share > 0.5+lateSigmas*se
 	before := l.limit
 	switch {
 	case full && late && l.unconfirmed:

@@ -46,7 +46,7 @@ func TestFirstProbe(t *testing.T) {
 	}{
 		{"fifo", 100 * time.Millisecond, 0, 0.955, 0, 6 * time.Second, 2.75},
 		{"fifo", 100 * time.Millisecond, time.Second, 0.96, 0, 6 * time.Second, 2.75},
-		{"ps", 100 * time.Millisecond, time.Second, 0.91, 0, 6 * time.Second, 4},
+		{"ps", 100 * time.Millisecond, time.Second, 0.90, 0, 6 * time.Second, 4},
 		{"ps", 20 * time.Millisecond, 0, 0.98, time.Second, 3 * time.Second, 2.5},
 	}
 	for _, tc := range cases {

@@ -39,7 +39,9 @@ func TestLittleRule(t *testing.T) {
 		{"full and late", 20 * ms, 40, 0, 40 + 0.5*(1.3*20-40), 40, 0},
 		// Full and on time: up to 1.3·c = 1.3·40.
 		{"full and on time", 10 * ms, 40, 0, 52, 40, 0},
-		{"on time near the limit: one at least", 12 * ms, 37, 0, 41, 40, 0},
+		// Every call 2 ms slower than b's median, the mean within 1.3·b:
+		// a queue by the sign test. c = 37·10/12, 1.3·c is the limit.
+		{"every call slower, near the limit", 12 * ms, 37, 0, 40, 40, 0},
 		// The load, not the limit, set the RTT: nothing moves.
 		{"late, not full", 30 * ms, 20, 0, 40, 40, 0},
 		{"on time, light", 10 * ms, 10, 0, 40, 40, 0},
@@ -187,22 +189,32 @@ func TestLittleLightLoadConfirms(t *testing.T) {
 	}
 }
 
-// TestLittleLateMovesTheMedian: a full round trip is late only if its
-// mean is and more than half its calls are slower than b's median: a
-// queue delays every call, while a mean made late by a few slow calls
-// (a cache's misses) is the shape of the RTTs, not a queue.
+// TestLittleLateMovesTheMedian: a full round trip is late if more than
+// half its calls are slower than b's median, by a standard error with its
+// mean late or by three without: a queue delays every call, while a mean
+// made late by a few slow calls (a cache's misses) is the shape of the
+// RTTs, not a queue, and a mean on time with every call slower is a queue
+// whose slow calls have not returned.
 func TestLittleLateMovesTheMedian(t *testing.T) {
 	ms := time.Millisecond
 	tests := []struct {
 		name string
 		fast int           // of the 10 calls, at 5 ms; the rest at slow
-		slow time.Duration // r = 17 ms in every row, late against b = 10 ms
+		slow time.Duration // the rest's RTT
 		want float64
 	}{
 		// 3 calls of 10 slower than 10 ms: on time, and c = 40·10/17 is
 		// below the limit: one more.
 		{"a slow tail: on time", 7, 45 * ms, 41},
 		{"every call slower: late", 0, 17 * ms, 40 + 0.5*(1.3*40*10/17.0-40)},
+		// r = 12 ms is within 1.3·b, but every call is slower than b's
+		// median, past one half by three standard errors: a queue whose
+		// slow calls are not back yet (a round trip reads the fast ones
+		// first). c = 40·10/12 and 1.3·c = 43.3: late, so no growth.
+		{"every call slower, the mean on time: late", 0, 12 * ms, 40},
+		// Half the calls slower, r = 12.9 ms: on time, and 1.3·c = 40.3
+		// is within one of the limit: one more.
+		{"half slower, near the limit: one at least", 5, 20800 * time.Microsecond, 41},
 		// 6 of 10 slower is not past one half by a standard error
 		// (0.5 + 0.5·√(1/10 + 1/100) = 0.67).
 		{"slightly more than half slower: on time", 4, 25 * ms, 41},

@@ -50,7 +50,7 @@ func (w *window) close(at time.Time) trip {
 // A trip is the samples of a round trip, or of a probe.
 type trip struct {
 	n, drops int
-	slow     int // drops, and successes slower than b's median (round trips only)
+	slow     int // drops, and successes past b's median by medianMargin (round trips only)
 	ignored  int // calls that returned Ignored (round trips only)
 	// RTTs of the successes and of the drops, summed, and in µs squared
 	sumRTT, dropRTT time.Duration
