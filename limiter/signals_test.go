@@ -70,13 +70,15 @@ func TestLimitHolds(t *testing.T) {
 			minGoodput: 0.96, maxP99: 8.5, maxRejected: 1},
 		// Two methods behind one limiter, S/4 for 80 % of calls and 4·S
 		// for the rest: with processor sharing p99 follows the limit,
-		// which must not climb past (1+t)·c on the round trips' noise.
+		// which must not climb past (1+t)·c on the round trips' noise, nor
+		// on round trips that hold the fast calls only (6.9–7.2 S before
+		// the sign test decided alone; 1.1 × C+8's is 6.5 S and 5.4 S).
 		{name: "methods 2x", kind: "ps", dist: backend.TwoMethods, load: 2, duration: 20 * time.Second,
-			minGoodput: 0.97, maxP99: 7.25, maxRejected: 1},
+			minGoodput: 0.97, maxP99: 6.75, maxRejected: 1},
 		{name: "methods 5x", kind: "ps", dist: backend.TwoMethods, load: 5, duration: 20 * time.Second,
-			minGoodput: 0.97, maxP99: 7.25, maxRejected: 1},
+			minGoodput: 0.97, maxP99: 6.75, maxRejected: 1},
 		{name: "methods 2x", kind: "fifo", dist: backend.TwoMethods, load: 2, duration: 20 * time.Second,
-			minGoodput: 0.97, maxP99: 5.75, maxRejected: 1},
+			minGoodput: 0.97, maxP99: 5.25, maxRejected: 1},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%s/%v", tc.name, tc.kind, tc.dist), func(t *testing.T) {
@@ -88,8 +90,9 @@ func TestLimitHolds(t *testing.T) {
 	}
 }
 
-// TestLimitHoldsLargerAndSlower: a downstream's own rare overruns are not
-// overload. Lognormal times (σ = 1.2) overrun a deadline of 10 S in one
+// TestLimitHoldsLargerAndSlower: the limit holds at C = 64, S = 100 ms,
+// a size the rule was not tuned on. A downstream's own rare overruns are
+// not overload: lognormal times (σ = 1.2) overrun a deadline of 10 S in one
 // call of 160, so nearly every round trip of 256 calls holds one; read as
 // late, they held the limit at 0.3 C at C = 64, S = 100 ms, rejecting 25 %
 // of calls at half load (this seed) and 61 % at 2× (76 % of ideal).
@@ -100,6 +103,11 @@ func TestLimitHoldsLargerAndSlower(t *testing.T) {
 			minGoodput: 0.99, maxRejected: 0.001},
 		{name: "2x", kind: "fifo", dist: backend.Lognormal, load: 2, duration: 20 * time.Second,
 			minGoodput: 0.85, maxP99: 8.5, maxRejected: 1},
+		// Two methods with processor sharing: a round trip holds the fast
+		// calls first, so while the limit rose its mean read on time with
+		// every call queued; the limit swung from 0.05 C to 7 C, p99 9.5 S.
+		{name: "methods 2x", kind: "ps", dist: backend.TwoMethods, load: 2, duration: 20 * time.Second,
+			minGoodput: 0.97, maxP99: 6.5, maxRejected: 1, maxLimit: 1.5},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%s/%v", tc.name, tc.kind, tc.dist), func(t *testing.T) {
