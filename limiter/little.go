@@ -47,7 +47,7 @@ const (
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the spread of RTTs (b's nb calls), not their shape
 //	c = m·b/r                         calls carried without a queue (Little)
-//	late: over half its calls 5 % slower than b's median by σ and r > (1+t)·b, or by 3 σ alone
+//	late: over half its calls 5 % slower than b's median by σ and r > (1+t)·b, or by 3 σ if b is confirmed
 //	reached: most in flight ≥ 0.9·limit; full: m ≥ 0.9·limit, or reached and most dropped
 //	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one at least
@@ -197,11 +197,12 @@ func (l *little) closeLocked(at time.Time) {
 	overran, reached := rt.mostlyDropped(), float64(rt.maxIn) >= fullShare*admits
 	full := m >= fullShare*admits || reached && overran // mostly dropped: too many let in, whatever m
 	// A queue delays every call, so it moves the median as well as the mean:
-	// a late mean alone is a tail of slow calls, and a median past b's by
-	// lateSigmas is a queue whose slow calls are not back yet.
+	// a late mean alone is a tail of slow calls, and a median past a
+	// confirmed b's by lateSigmas is a queue whose slow calls are not back
+	// yet (a start's b may come from a quieter process than the one now).
 	share, se := float64(rt.slow)/float64(rt.n), 0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
 	meanLate := r > (1+t)*b
-	late := meanLate && share > 0.5+signSigmas*se || share > 0.5+lateSigmas*se
+	late := meanLate && share > 0.5+signSigmas*se || !l.unconfirmed && share > 0.5+lateSigmas*se
 	before := l.limit
 	switch {
 	case full && late && l.unconfirmed:
