@@ -21,7 +21,7 @@ const (
 // Tuning of the little controller, one place.
 const (
 	minTolerance  = 0.3              // a round trip may be this much slower than b before it is late
-	lateSigmas    = 3                // standard errors of a round trip's mean inside the tolerance
+	lateSigmas    = 3                // standard errors of a round trip's mean inside the tolerance, and past one half for the sign test alone
 	downGain      = 0.5              // share of the way down to the target a late round trip moves the limit
 	fullShare     = 0.9              // calls in flight, of the limit, at which a round trip filled it
 	startShare    = 0.5              // calls in flight, of the limit, at which a start's success may grow it
