@@ -42,7 +42,9 @@ frontier:
 ## SHAPES_FLAGS=-shapes.scaled gives the run's phases the calls they have
 ## at S = 20 ms (warm-up, load and the seconds left out × S/20ms), and
 ## SHAPES_FLAGS=-shapes.dists=pareto,uniform runs shapes the table leaves
-## out (make starts takes -starts.dists alike).
+## out (make starts takes -starts.dists alike), and -shapes.lag=200us adds
+## this process's own work per call, growing with the calls in flight, as
+## over real gRPC (limitload.Shape.Lag; TIMELINE_FLAGS take -timeline.lag).
 SHAPES_SIZE ?= 16,20ms
 shapes:
 	@set -e; for sz in $(SHAPES_SIZE); do \

@@ -22,6 +22,7 @@ var (
 	shapesAlg    = flag.String("shapes.alg", "aimd", "TestShapes: the algorithm beside C+8: aimd (the default), vegas or gradient2")
 	shapesSize   = flag.String("shapes.size", "16,20ms", "TestShapes: the downstream, C,S (C workers, mean service time S)")
 	shapesDists  = flag.String("shapes.dists", shapeDists, "TestShapes: the latency shapes, separated by commas (constant, uniform, exponential, bimodal, lognormal, methods, pareto)")
+	shapesLag    = flag.Duration("shapes.lag", 0, "TestShapes: this process's own work per call and call in flight (limitload.Shape.Lag), e.g. 200us: over real gRPC it moves RTTs under load")
 	shapesScaled = flag.Bool("shapes.scaled", false, "TestShapes: the warm-up, the load and the seconds left out scaled by S/20ms, so that every S has the calls S = 20 ms has")
 )
 
@@ -87,7 +88,7 @@ func TestShapes(t *testing.T) {
 					for i, alg := range []limiter.AlgorithmConfig{shapeAlgorithm(t), limiter.FixedConfig{Limit: c + 8}} {
 						for seed := uint64(1); seed <= seeds; seed++ {
 							synctest.Test(t, func(t *testing.T) {
-								r, err := limitload.RunShape(limitload.Shape{Kind: kind, Dist: d, Load: rw.load, Refuse: rw.refuse, Cold: rw.cold, Seed: seed, Scale: scale, Algorithm: alg}, c, s)
+								r, err := limitload.RunShape(limitload.Shape{Kind: kind, Dist: d, Load: rw.load, Refuse: rw.refuse, Cold: rw.cold, Seed: seed, Scale: scale, Algorithm: alg, Lag: *shapesLag}, c, s)
 								require.NoError(t, err)
 								res[i].Good += r.Good / seeds
 								res[i].P99 += r.P99 / seeds
@@ -108,7 +109,11 @@ func TestShapes(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		var out strings.Builder
-		fmt.Fprintf(&out, "C = %d, S = %v, means of %d seeds, phases × %.3g; %s | fixed C+8\n\n", c, s, seeds, scale, *shapesAlg)
+		lag := ""
+		if *shapesLag > 0 {
+			lag = fmt.Sprintf(", a lag of %v per call in flight", *shapesLag)
+		}
+		fmt.Fprintf(&out, "C = %d, S = %v, means of %d seeds, phases × %.3g%s; %s | fixed C+8\n\n", c, s, seeds, scale, lag, *shapesAlg)
 		fmt.Fprintln(&out, "| case | good | p99/S | rejected | limit/C | C+8 good | p99/S | rejected |")
 		fmt.Fprintln(&out, "|---|---:|---:|---:|---:|---:|---:|---:|")
 		for _, k := range order {

@@ -25,6 +25,7 @@ var (
 	timelineSeed     = flag.Uint64("timeline.seed", 1, "TestTimeline: the seed of the arrivals and service times")
 	timelineDuration = flag.Duration("timeline.duration", 20*time.Second, "TestTimeline: how long the load lasts after its first 3 s (at half load, unless the row is cold)")
 	timelineFixed    = flag.Int("timeline.fixed", 0, "TestTimeline: a fixed limit instead of the default algorithm")
+	timelineLag      = flag.Duration("timeline.lag", 0, "TestTimeline: this process's own work per call and call in flight (limitload.Shape.Lag), e.g. 200us: over real gRPC it moves RTTs under load")
 	timelineServer   = flag.Bool("timeline.server", false, "TestTimeline: overruns reported as a server interceptor does (one within twice the learned RTT is Ignored), as make starts -starts.server and real gRPC servers do")
 )
 
@@ -94,6 +95,9 @@ func TestTimeline(t *testing.T) {
 	if *timelineServer {
 		warm += "; overruns as a server reports them"
 	}
+	if *timelineLag > 0 {
+		warm += fmt.Sprintf("; a lag of %v per call in flight", *timelineLag)
+	}
 	fmt.Fprintf(&out, "%s, C = %d, S = %v, seed %d: %s; s counts from the first call\n\n",
 		*timelineCase, sz.c, sz.s, *timelineSeed, warm)
 	fmt.Fprintln(&out, "| s | limit | in flight | offered | good | rejected | overran | p99/S |")
@@ -101,7 +105,7 @@ func TestTimeline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r, err := limitload.RunShape(limitload.Shape{
 			Kind: row.kind, Dist: row.dist, Load: row.load, Refuse: row.refuse, Cold: row.cold, Seed: *timelineSeed,
-			Duration: *timelineDuration, Algorithm: alg, Server: *timelineServer,
+			Duration: *timelineDuration, Algorithm: alg, Server: *timelineServer, Lag: *timelineLag,
 			Tick: func(w loadgen.Window, limit, inflight int) {
 				fmt.Fprintf(&out, "| %.0f | %d | %d | %d | %d | %d | %d | %.2f |\n", w.End.Seconds(), limit, inflight,
 					w.Offered, w.Good, w.Rejected, w.Deadline, float64(w.P99)/float64(sz.s))

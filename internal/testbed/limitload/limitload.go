@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,6 +158,42 @@ type Shape struct {
 	// Tick, if set, is called at the end of every second with the calls
 	// that finished in it and the limiter's limit and calls in flight.
 	Tick func(w loadgen.Window, limit, inflight int)
+	// Lag, if set, is this process's own work per call, which grows with
+	// the calls it holds (a handler's decoding and encoding, the
+	// scheduler's wake-ups): before and after the backend's call, each
+	// call holds its permit for an exponential time of mean Lag/2 × the
+	// calls in flight. Over real gRPC that time moves RTTs under load,
+	// not during a probe at a shallow depth.
+	Lag time.Duration
+}
+
+// lagged is a backend whose calls first and last spend a draw of lag.
+type lagged struct {
+	backend.Backend
+	lag func() time.Duration
+}
+
+func (b lagged) Do(ctx context.Context) error {
+	time.Sleep(b.lag())
+	defer func() { time.Sleep(b.lag()) }()
+	return b.Backend.Do(ctx)
+}
+
+func (b lagged) DoFor(ctx context.Context, d time.Duration) error {
+	time.Sleep(b.lag())
+	defer func() { time.Sleep(b.lag()) }()
+	return b.Backend.DoFor(ctx, d)
+}
+
+// lagDraws returns Shape.Lag's draws for the calls lim holds, seeded.
+func lagDraws(mean time.Duration, lim *limiter.Limiter, seed uint64) func() time.Duration {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, 0x1a9))
+	return func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Duration(rng.ExpFloat64() * float64(mean) / 2 * float64(lim.Inflight()))
+	}
 }
 
 // A ShapeResult summarizes a Shape's load after its first 4 s: goodput as
@@ -186,6 +223,12 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 	lim, err := limiter.New(opts...)
 	if err != nil {
 		return ShapeResult{}, err
+	}
+	if r.Lag < 0 {
+		return ShapeResult{}, fmt.Errorf("a lag of %v: want 0 or more", r.Lag)
+	}
+	if r.Lag > 0 {
+		be = lagged{Backend: be, lag: lagDraws(r.Lag, lim, r.Seed)}
 	}
 	rate := float64(c) / s.Seconds()
 	warm := 0.5 * rate

@@ -60,6 +60,38 @@ func TestRunShape(t *testing.T) {
 	})
 }
 
+// TestRunShapeLag: a lag holds every permit longer, in proportion to the
+// calls in flight, so the RTT grows; a negative one is an error.
+func TestRunShapeLag(t *testing.T) {
+	const c, s = 8, 10 * time.Millisecond
+	tests := []struct {
+		lag            time.Duration
+		minP50, maxP50 float64 // in service times
+	}{
+		{0, 1, 1},
+		// Half load: 4 calls in flight without lag. A call's lag is 0.5 ms
+		// × n on average, and n = 400/s × (10 ms + 0.5 ms × n) is 5: RTTs
+		// of 12.5 ms on average.
+		{500 * time.Microsecond, 1.05, 1.5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.lag.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r, err := RunShape(Shape{Kind: "fifo", Load: 0.5, Seed: 1, Duration: 5 * time.Second, Lag: tt.lag,
+					Algorithm: limiter.FixedConfig{Limit: 4 * c}}, c, s)
+				require.NoError(t, err)
+				assert.Zero(t, r.Rejected)
+				assert.GreaterOrEqual(t, r.P50, tt.minP50)
+				assert.LessOrEqual(t, r.P50, tt.maxP50)
+			})
+		})
+	}
+	synctest.Test(t, func(t *testing.T) {
+		_, err := RunShape(Shape{Kind: "fifo", Load: 0.5, Seed: 1, Lag: -time.Millisecond}, c, s)
+		require.ErrorContains(t, err, "want 0 or more")
+	})
+}
+
 // TestRunShapeScale: Scale stretches the warm-up and the default load
 // alike, so a run of 3 s + 20 s ticks 23 times, and half as many at 0.5.
 func TestRunShapeScale(t *testing.T) {
