@@ -208,6 +208,9 @@ type ShapeResult struct {
 // and service time s, and summarizes it. It must run inside a synctest
 // bubble.
 func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
+	if r.Lag < 0 {
+		return ShapeResult{}, fmt.Errorf("a lag of %v: want 0 or more", r.Lag)
+	}
 	be, err := backend.New(r.Kind, c, s, r.Dist, r.Seed)
 	if err != nil {
 		return ShapeResult{}, err
@@ -223,9 +226,6 @@ func RunShape(r Shape, c int, s time.Duration) (ShapeResult, error) {
 	lim, err := limiter.New(opts...)
 	if err != nil {
 		return ShapeResult{}, err
-	}
-	if r.Lag < 0 {
-		return ShapeResult{}, fmt.Errorf("a lag of %v: want 0 or more", r.Lag)
 	}
 	if r.Lag > 0 {
 		be = lagged{Backend: be, lag: lagDraws(r.Lag, lim, r.Seed)}
