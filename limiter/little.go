@@ -185,9 +185,9 @@ func (l *little) closeLocked(at time.Time) {
 	if rt.n == 0 || l.b == 0 || !at.After(rt.opened) {
 		return
 	}
-	ok, r := rt.successes(), rt.perSuccess()
+	ok := rt.successes()
+	r, t, meanLate, late := l.judgeLocked(rt)
 	m, b := float64(rt.sumIn)/float64(rt.n), float64(l.b)
-	t := tolerance(l.cv, float64(rt.n), l.nb)
 	c := m * b / r // Little's law
 	if ok == 0 {
 		c = l.limit / 2 / (1 + t) // unknown, not 0
@@ -196,13 +196,6 @@ func (l *little) closeLocked(at time.Time) {
 	admits := math.Floor(l.limit) // what the Limiter enforces
 	overran, reached := rt.mostlyDropped(), float64(rt.maxIn) >= fullShare*admits
 	full := m >= fullShare*admits || reached && overran // mostly dropped: too many let in, whatever m
-	// A queue delays every call, so it moves the median as well as the mean:
-	// a late mean alone is a tail of slow calls, and a median past a
-	// confirmed b's by lateSigmas is a queue whose slow calls are not back
-	// yet (a start's b may come from a quieter process than the one now).
-	share, se := float64(rt.slow)/float64(rt.n), 0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
-	meanLate := r > (1+t)*b
-	late := meanLate && share > 0.5+signSigmas*se || !l.unconfirmed && share > 0.5+lateSigmas*se
 	before := l.limit
 	switch {
 	case full && late && l.unconfirmed:
@@ -240,6 +233,19 @@ func (l *little) closeLocked(at time.Time) {
 		l.rate, l.rateN = m/r, rt.n
 		l.startProbeLocked(at, int(depth))
 	}
+}
+
+// judgeLocked returns rt's time in flight per success r (ns) and its
+// tolerance t, and whether r is late and rt is. A queue delays every call,
+// so it moves the median as well as the mean: a late mean alone is a tail
+// of slow calls, and a median past a confirmed b's by lateSigmas is a queue
+// whose slow calls are not back yet (a start's b may come from a quieter
+// process than the one now).
+func (l *little) judgeLocked(rt trip) (r, t float64, meanLate, late bool) {
+	r, t = rt.perSuccess(), tolerance(l.cv, float64(rt.n), l.nb)
+	share, se := float64(rt.slow)/float64(rt.n), 0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
+	meanLate = r > (1+t)*float64(l.b)
+	return r, t, meanLate, meanLate && share > 0.5+signSigmas*se || !l.unconfirmed && share > 0.5+lateSigmas*se
 }
 
 // averageIntoB makes b the mean of w calls at b and n calls at mean (ns).
