@@ -56,8 +56,7 @@ const (
 //	neither, b ≤ r ≤ (1+t)·b:  128 such calls in a row confirm b
 //
 // A full limit probes when b is 30 s and 1500 b's old, the limit halved or a
-// late round trip doubts b: 0.9·c (half the limit if most calls dropped: c
-// then counts their deadlines) until its calls are back (endProbeLocked).
+// late round trip doubts b: 0.9·c until its calls are back (endProbeLocked).
 type little struct {
 	cfg     AIMDConfig
 	current atomic.Int64
@@ -228,7 +227,7 @@ func (l *little) closeLocked(at time.Time) {
 	old := at.Sub(l.bAt) >= max(probeEvery, probeAge*l.b)
 	if full && (old || l.limit <= l.probedAt/2 || late && (l.unconfirmed || l.nb < float64(l.need)/2)) {
 		depth := probeDepth * c
-		if ok == 0 || rt.mostlyDropped() {
+		if ok == 0 {
 			depth = l.limit / 2
 		}
 		l.rate, l.rateN = m/r, rt.n

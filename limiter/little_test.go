@@ -327,37 +327,6 @@ func TestLittlePhases(t *testing.T) {
 	}
 }
 
-// TestLittleProbeDepth: a full round trip that doubts b probes at 0.9·c;
-// one mostly dropped at half the limit it cut to instead, since its c
-// counts the drops' deadlines, not what the downstream carries
-// (processor sharing, cache-like times, 5× at C = 64: a probe at 0.9·c
-// went to 11 from a limit of 248 in 0.1 s).
-func TestLittleProbeDepth(t *testing.T) {
-	tests := []struct {
-		name  string
-		drops int // of 10 calls at 20 ms, 40 in flight
-		want  int
-	}{
-		// c = 40·10/20 = 20: the limit goes half way down to 1.3·c, to 33.
-		{"late", 0, 18},
-		// r = 200/3 ms, c = 6: the limit goes half way down to 7.8, to 23.9.
-		{"mostly dropped", 7, 11},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l, at := steadyLittle(t, 40)
-			l.probedAt = 100 // a limit halved since the last probe probes
-			trip := roundTrip(at, 20*time.Millisecond, 10, 40, Success)
-			for i := range tt.drops {
-				trip[i].Outcome = Dropped
-			}
-			feed(l, trip)
-			require.Equal(t, probing, l.phase)
-			assert.Equal(t, tt.want, l.probeLimit)
-		})
-	}
-}
-
 // TestLittleProbeEnds checks what a probe's mean does to b, the limit and
 // the phase, from a b of 10 ms measured at a probe limit of 20.
 func TestLittleProbeEnds(t *testing.T) {
