@@ -19,12 +19,14 @@ import (
 // a handler refuses a request that fails validation.
 const cheap = "invalid"
 
-// workOrRefuse is a handler that takes work unless the request is cheap.
-func workOrRefuse(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
-	if req.GetPayload() == cheap {
-		return nil, status.Error(codes.InvalidArgument, "payload: not allowed")
+// workOrRefuse is a handler that takes d unless the request is cheap.
+func workOrRefuse(d time.Duration) func(context.Context, *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+	return func(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
+		if req.GetPayload() == cheap {
+			return nil, status.Error(codes.InvalidArgument, "payload: not allowed")
+		}
+		return &testpb.UnaryResponse{}, doWorkFor(ctx, d)
 	}
-	return &testpb.UnaryResponse{}, doWork(ctx)
 }
 
 // TestAttackCheapErrorsTeachRTT is the deadline attack made to work again
@@ -35,7 +37,7 @@ func workOrRefuse(ctx context.Context, req *testpb.UnaryRequest) (*testpb.UnaryR
 // the server made late. An error answer did none of the method's work: it
 // must teach no RTT, and the limit must not move.
 func TestAttackCheapErrorsTeachRTT(t *testing.T) {
-	svc := &testpb.Service{UnaryFunc: workOrRefuse}
+	svc := &testpb.Service{UnaryFunc: workOrRefuse(slowWork)}
 	e := newEnv(t, svc, envConfig{noClient: true, server: []ServerOption{WithDefault(perCall())}})
 	call := func(payload string, d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -52,9 +54,9 @@ func TestAttackCheapErrorsTeachRTT(t *testing.T) {
 		for range 40 {
 			require.Equal(t, codes.InvalidArgument, status.Code(call(cheap, time.Second)))
 		}
-		// Only OK answers teach the RTT, and each took at least work.
-		assert.GreaterOrEqual(t, g.state().RTT, work, "round %d: the cheap errors taught the RTT", round)
-		require.Error(t, call("", work/4))
+		// Only OK answers teach the RTT, and each took at least slowWork.
+		assert.GreaterOrEqual(t, g.state().RTT, slowWork, "round %d: the cheap errors taught the RTT", round)
+		require.Error(t, call("", slowWork/4))
 	}
 	assert.Equal(t, 10, g.lim.Limit(), "the attacker's deadlines moved the limit")
 }
@@ -97,7 +99,7 @@ func TestOnlyOKTeachesRTT(t *testing.T) {
 			} else {
 				ec.client = asClient(lim)
 			}
-			e := newEnv(t, &testpb.Service{UnaryFunc: workOrRefuse}, ec)
+			e := newEnv(t, &testpb.Service{UnaryFunc: workOrRefuse(work)}, ec)
 			c := e.coreOf(e.srv)
 			if side == "client" {
 				c = e.coreOfClient(e.cli)

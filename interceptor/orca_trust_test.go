@@ -50,19 +50,8 @@ func TestAttackLoadReportsCallerQuota(t *testing.T) {
 // knows the server cannot meet. The server was not slow (see
 // TestAttackDeadlineCannotLowerLimit): its report must show no errors.
 func TestAttackLoadReportsShortDeadlines(t *testing.T) {
-	// A call counts as the server's overrun once held for twice what calls
-	// take, so the attacker's 5 ms calls are told apart from the server's
-	// own only by a stall of that long. With calls of 20 ms, one stall of
-	// 35 ms under -race on a busy machine failed this test in CI; with
-	// calls of 150 ms a stall must last 295 ms.
-	const slow = 150 * time.Millisecond
 	svc := &testpb.Service{UnaryFunc: func(ctx context.Context, _ *testpb.UnaryRequest) (*testpb.UnaryResponse, error) {
-		select {
-		case <-time.After(slow):
-			return &testpb.UnaryResponse{}, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		return &testpb.UnaryResponse{}, doWorkFor(ctx, slowWork)
 	}}
 	e := newEnv(t, svc, envConfig{noClient: true, server: []ServerOption{WithLoadReports()}})
 	call := func(d time.Duration, tr *metadata.MD) error {
@@ -77,7 +66,7 @@ func TestAttackLoadReportsShortDeadlines(t *testing.T) {
 		require.NoError(t, call(time.Second, &tr))
 	}
 	for range 10 {
-		require.Error(t, call(work/4, &tr))
+		require.Error(t, call(slowWork/4, &tr))
 	}
 	require.NoError(t, call(time.Second, &tr))
 	r := loadReportOf(t, tr)
