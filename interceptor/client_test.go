@@ -187,7 +187,8 @@ func TestClientStreamReleasesOnce(t *testing.T) {
 			cancel()
 		}, 10},
 		{"deadline passes mid-stream", func(t *testing.T, c testpb.TestServiceClient) {
-			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+			// Long enough for the first message on a cold connection.
+			ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 			defer cancel()
 			s, err := c.ServerStream(ctx, &testpb.ServerStreamRequest{Payload: "hold"})
 			require.NoError(t, err)

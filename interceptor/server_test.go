@@ -77,7 +77,9 @@ func TestServerOutcomeAdjustsLimit(t *testing.T) {
 		{"a deadline overrun with nothing learned counts",
 			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
 			func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
-				ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+				// Long enough to dial a cold connection on a busy machine:
+				// a call that never reached the handler would fail the row.
+				ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 				defer cancel()
 				_, err := c.Unary(ctx, &testpb.UnaryRequest{})
 				return err
@@ -85,7 +87,9 @@ func TestServerOutcomeAdjustsLimit(t *testing.T) {
 		{"a handler finishing after the deadline with nothing learned counts",
 			func(ctx context.Context) error { <-ctx.Done(); return nil },
 			func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
-				ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+				// Long enough to dial a cold connection on a busy machine:
+				// a call that never reached the handler would fail the row.
+				ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 				defer cancel()
 				_, err := c.Unary(ctx, &testpb.UnaryRequest{})
 				// The server's timer (from grpc-timeout) and the client's
@@ -124,7 +128,11 @@ func TestServerOutcomeAdjustsLimit(t *testing.T) {
 				}
 			}
 			assert.Equal(t, tt.want, status.Code(call(t, e.client, entered)))
-			<-entered
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+				require.FailNow(t, "the call never reached the handler")
+			}
 			e.awaitRelease(t, "server")
 			assert.Equal(t, tt.limit, gateOf(e.srv.core, unaryMethod).lim.Limit())
 		})
