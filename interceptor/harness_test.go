@@ -68,6 +68,19 @@ type envConfig struct {
 	serverOpts  []grpc.ServerOption // more options for grpc.NewServer
 }
 
+// serverDeadline is an outer interceptor that gives every call d on the
+// server's own clock. A client's deadline reaches the server as the
+// grpc-timeout header, and its cancellation as a RST_STREAM that may
+// arrive first: a call then ends Canceled, not late. The server's own
+// deadline, shorter than the client's, ends it DeadlineExceeded.
+func serverDeadline(d time.Duration) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return h(ctx, req)
+	}
+}
+
 // newEnv starts the service and registers cleanups that stop it and check
 // that every permit came back.
 func newEnv(t *testing.T, svc *testpb.Service, ec envConfig) *env {

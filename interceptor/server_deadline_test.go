@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/internal/testbed/testpb"
 )
@@ -117,20 +119,22 @@ func TestLateServerStillBacksOff(t *testing.T) {
 		}
 		return &testpb.UnaryResponse{}, doWork(ctx)
 	}}
-	e := newEnv(t, svc, envConfig{noClient: true, server: []ServerOption{WithDefault(perCall())}})
-	call := func(d time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
+	// The deadline is the server's own (see serverDeadline), 10 × what it
+	// learns a call takes; the client's is longer.
+	e := newEnv(t, svc, envConfig{noClient: true, server: []ServerOption{WithDefault(perCall())},
+		outer: []grpc.UnaryServerInterceptor{serverDeadline(10 * work)}})
+	call := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
 		e.awaitRelease(t, "server")
 		return err
 	}
 	for range 5 {
-		require.NoError(t, call(time.Second))
+		require.NoError(t, call())
 	}
 	slow.Store(true)
-	// The deadline is 10 × what the server has learned a call takes.
-	require.Error(t, call(10*work))
+	require.Equal(t, codes.DeadlineExceeded, status.Code(call()))
 	assert.Equal(t, 5, gateOf(e.coreOf(e.srv), unaryMethod).lim.Limit(), "a call the server made late is overload")
 }
 

@@ -64,41 +64,35 @@ func TestServerOutcomeAdjustsLimit(t *testing.T) {
 		handler func(ctx context.Context) error
 		call    func(t *testing.T, c testpb.TestServiceClient, entered <-chan struct{}) error
 		want    codes.Code
-		limit   int // after the call, from 10
+		limit   int           // after the call, from 10
+		expiry  time.Duration // the server's own deadline (serverDeadline), if any
 	}{
 		{"success leaves a full limit", func(context.Context) error { return nil },
-			nil, codes.OK, 10},
+			nil, codes.OK, 10, 0},
 		{"RESOURCE_EXHAUSTED from the handler backs off",
 			func(context.Context) error { return status.Error(codes.ResourceExhausted, "downstream full") },
-			nil, codes.ResourceExhausted, 5},
+			nil, codes.ResourceExhausted, 5, 0},
 		// Before any call has answered OK there is nothing to judge a
 		// deadline by, and an overrun counts (TestFreshServerHearsOverruns;
 		// TestAttackDeadlineCannotLowerLimit has the rule once it has).
 		{"a deadline overrun with nothing learned counts",
 			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
 			func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
-				// Long enough to dial a cold connection on a busy machine:
-				// a call that never reached the handler would fail the row.
-				ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+				// Past the server's own deadline: the server ends the call.
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 				defer cancel()
 				_, err := c.Unary(ctx, &testpb.UnaryRequest{})
 				return err
-			}, codes.DeadlineExceeded, 5},
+			}, codes.DeadlineExceeded, 5, 200 * time.Millisecond},
 		{"a handler finishing after the deadline with nothing learned counts",
 			func(ctx context.Context) error { <-ctx.Done(); return nil },
 			func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
-				// Long enough to dial a cold connection on a busy machine:
-				// a call that never reached the handler would fail the row.
-				ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+				// Past the server's own deadline: the server ends the call.
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 				defer cancel()
 				_, err := c.Unary(ctx, &testpb.UnaryRequest{})
-				// The server's timer (from grpc-timeout) and the client's
-				// race: the client may see the late OK or its deadline.
-				if status.Code(err) == codes.OK {
-					return status.Error(codes.DeadlineExceeded, "late")
-				}
-				return err
-			}, codes.DeadlineExceeded, 5},
+				return err // the server's late OK
+			}, codes.OK, 5, 200 * time.Millisecond},
 		{"a cancelled call changes nothing",
 			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
 			func(t *testing.T, c testpb.TestServiceClient, entered <-chan struct{}) error {
@@ -106,10 +100,10 @@ func TestServerOutcomeAdjustsLimit(t *testing.T) {
 				go func() { <-entered; cancel() }()
 				_, err := c.Unary(ctx, &testpb.UnaryRequest{})
 				return err
-			}, codes.Canceled, 10},
+			}, codes.Canceled, 10, 0},
 		{"other errors are not overload",
 			func(context.Context) error { return status.Error(codes.NotFound, "no such thing") },
-			nil, codes.NotFound, 10},
+			nil, codes.NotFound, 10, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,7 +113,11 @@ func TestServerOutcomeAdjustsLimit(t *testing.T) {
 				once.Do(func() { close(entered) })
 				return &testpb.UnaryResponse{}, tt.handler(ctx)
 			}}
-			e := newEnv(t, svc, envConfig{server: []ServerOption{WithDefault(perCall())}, noClient: true})
+			ec := envConfig{server: []ServerOption{WithDefault(perCall())}, noClient: true}
+			if tt.expiry > 0 {
+				ec.outer = []grpc.UnaryServerInterceptor{serverDeadline(tt.expiry)}
+			}
+			e := newEnv(t, svc, ec)
 			call := tt.call
 			if call == nil {
 				call = func(t *testing.T, c testpb.TestServiceClient, _ <-chan struct{}) error {
