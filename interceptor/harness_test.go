@@ -68,13 +68,17 @@ type envConfig struct {
 	serverOpts  []grpc.ServerOption // more options for grpc.NewServer
 }
 
-// serverDeadline is an outer interceptor that gives every call d on the
-// server's own clock. A client's deadline reaches the server as the
-// grpc-timeout header, and its cancellation as a RST_STREAM that may
-// arrive first: a call then ends Canceled, not late. The server's own
-// deadline, shorter than the client's, ends it DeadlineExceeded.
+// serverDeadline is an outer interceptor that gives every call that came
+// with a deadline d on the server's own clock. A client's deadline reaches
+// the server as the grpc-timeout header, and its cancellation as a
+// RST_STREAM that may arrive first: a call then ends Canceled, not late.
+// The server's own deadline, shorter than the client's, ends it
+// DeadlineExceeded.
 func serverDeadline(d time.Duration) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			return h(ctx, req)
+		}
 		ctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
 		return h(ctx, req)

@@ -222,6 +222,7 @@ func TestServerQueue(t *testing.T) {
 	e := newEnv(t, svc, envConfig{
 		server:   []ServerOption{WithMethod(unaryMethod, Limit{Algorithm: limiter.FixedConfig{Limit: 1}, Queue: limiter.Queue{Size: 1}})},
 		noClient: true,
+		outer:    []grpc.UnaryServerInterceptor{serverDeadline(50 * time.Millisecond)},
 	})
 	g := gateOf(e.srv.core, unaryMethod)
 
@@ -232,8 +233,9 @@ func TestServerQueue(t *testing.T) {
 	})
 	b.awaitEntered(t, 1)
 
-	// A queued call whose deadline passes gets DEADLINE_EXCEEDED.
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	// A queued call whose deadline passes gets DEADLINE_EXCEEDED. The
+	// server's own deadline (50 ms) passes first.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	_, err := e.client.Unary(ctx, &testpb.UnaryRequest{})
 	cancel()
 	assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
