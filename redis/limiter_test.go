@@ -253,8 +253,11 @@ func TestReplicasShareTheQuota(t *testing.T) {
 	const rate, burst = 200.0, 40 // the burst absorbs stalls of the callers' loops up to 200 ms
 	var replicas []*Limiter
 	for range 3 {
-		l, err := New(s.client(t), rate, burst, WithFailurePolicy(FailClosed))
+		l, err := New(s.client(t), rate, burst, WithFailurePolicy(FailClosed), WithTimeout(testTimeout))
 		require.NoError(t, err)
+		// Dial and load the script now: tokens the key earns between the
+		// first reading of Redis's clock and the first Allow are lost.
+		require.True(t, allow(t, l, "warm-up").Allowed)
 		replicas = append(replicas, l)
 	}
 	probe := s.client(t)
