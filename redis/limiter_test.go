@@ -220,11 +220,12 @@ func TestRefund(t *testing.T) {
 }
 
 // TestKeysExpireWhenFull: Redis forgets a key when it would have its
-// whole burst back, by Redis's own clock.
+// whole burst back, by Redis's own clock. At 2/s the key lives a second,
+// long enough for a busy machine to list it before it goes.
 func TestKeysExpireWhenFull(t *testing.T) {
 	s := startRedis(t)
 	c := s.client(t)
-	l, err := New(c, 20, 2, WithPrefix("test:q:"), WithTimeout(testTimeout))
+	l, err := New(c, 2, 2, WithPrefix("test:q:"), WithTimeout(testTimeout))
 	require.NoError(t, err)
 	require.True(t, allow(t, l, "alice").Allowed)
 	require.True(t, allow(t, l, "alice").Allowed)
@@ -237,7 +238,7 @@ func TestKeysExpireWhenFull(t *testing.T) {
 	ttl, err := c.PTTL(t.Context(), keys[0]).Result()
 	require.NoError(t, err)
 	assert.Positive(t, ttl)
-	assert.LessOrEqual(t, ttl, 100*time.Millisecond, "two requests at 20/s are earned back in 100 ms")
+	assert.LessOrEqual(t, ttl, time.Second, "two requests at 2/s are earned back in 1 s")
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
