@@ -24,8 +24,7 @@ const work = 20 * time.Millisecond
 // deadlines. A call that overran counts as the server's doing once the
 // server held it for twice what its calls take, so only a stall of that
 // long, less the attacker's deadline, passes an attacker's call for the
-// server's: with calls of 20 ms, a 35 ms stall under -race on a busy
-// machine failed a CI run.
+// server's: the longer the work, the less a busy machine can fake it.
 const slowWork = 150 * time.Millisecond
 
 // doWork takes work, or until ctx ends, as a handler that calls a
