@@ -222,7 +222,7 @@ func TestLittleLateMovesTheMedian(t *testing.T) {
 		// With a wide spread (cv 0.9) t is 0.9, and r = 14 ms is on time
 		// by the mean, which would take the limit up to (1+t)·c = 54.5;
 		// past 1.3·b every call slower is a queue even on a start's b
-		// (two methods at 2–3·C read r/b 1.8–2.0 under t = 1.3): late, held.
+		// (cache-like times at 2·C read r/b 1.9 under t = 1.3): late, held.
 		{"every call slower, r past 1.3·b, b unconfirmed: late", 0, 14 * ms, 40, true, 10_000},
 		// Half the calls slower, r = 12.9 ms: on time, and 1.3·c = 40.3
 		// is within one of the limit: one more.
