@@ -47,7 +47,7 @@ const (
 //
 //	t = max(0.3, 3·cv·√(1/n + 1/nb))  tolerance: the spread of RTTs (b's nb calls), not their shape
 //	c = m·b/r                         calls carried without a queue (Little)
-//	late: over half its calls 5 % slower than b's median by σ and r > (1+t)·b, or by 3 σ (and r > 1.3·b if b is unconfirmed)
+//	late: over half its calls 5 % slower than b's median by σ and r > (1+t)·b, or by 3 σ if b is confirmed
 //	reached: most in flight ≥ 0.9·limit; full: m ≥ 0.9·limit, or reached and most dropped
 //	full, late:               half way down to (1+t)·c; all the way if b is unconfirmed
 //	full or reached, on time: up to (1+t)·c, by one at least
@@ -238,15 +238,14 @@ func (l *little) closeLocked(at time.Time) {
 // judgeLocked returns rt's time in flight per success r (ns) and its
 // tolerance t, and whether r is late and rt is. A queue delays every call,
 // so it moves the median as well as the mean: a late mean alone is a tail
-// of slow calls, and a median past b's by lateSigmas is a queue whose slow
-// calls are not back yet. On a start's b that needs r past b by
-// minTolerance too: the process may have grown busier since its first calls.
+// of slow calls, and a median past a confirmed b's by lateSigmas is a queue
+// whose slow calls are not back yet (a start's b may come from a quieter
+// process than the one now).
 func (l *little) judgeLocked(rt trip) (r, t float64, meanLate, late bool) {
 	r, t = rt.perSuccess(), tolerance(l.cv, float64(rt.n), l.nb)
 	share, se := float64(rt.slow)/float64(rt.n), 0.5*math.Sqrt(1/float64(rt.n)+1/max(l.nb, minProbeCalls))
 	meanLate = r > (1+t)*float64(l.b)
-	medianAlone := !l.unconfirmed || r > (1+minTolerance)*float64(l.b)
-	return r, t, meanLate, meanLate && share > 0.5+signSigmas*se || medianAlone && share > 0.5+lateSigmas*se
+	return r, t, meanLate, meanLate && share > 0.5+signSigmas*se || !l.unconfirmed && share > 0.5+lateSigmas*se
 }
 
 // averageIntoB makes b the mean of w calls at b and n calls at mean (ns).

@@ -371,36 +371,3 @@ func TestColdStartRefusesNothing(t *testing.T) {
 		})
 	}
 }
-
-// TestColdTwoMethods: a fresh limiter in front of two methods of one
-// service (a quarter of S for 80 % of calls, 4·S for 20 %) with processor
-// sharing, under 2× and 5× from the first call. A start's b rests on 16
-// calls, so with this spread t is 1.3–1.5, and round trips at 2–4·C read
-// on time by the mean while every call in them is slower than b's
-// median. Judged on the mean alone, the limit rose to 3–5·C within the
-// first second and the slow method's calls overran their 10·S deadline:
-// from the first second to the sixth (as the overload matrix counts a
-// row) a median of 0.8 % and 0.55 % of all calls, 2.9 % in one seed. The
-// median test on a start's b, once r is past 1.3·b, read none.
-func TestColdTwoMethods(t *testing.T) {
-	if testing.Short() || limiter.RaceEnabled {
-		t.Skip("make test runs it without -race")
-	}
-	const c, s = 16, 20 * time.Millisecond
-	for _, load := range []float64{2, 5} {
-		t.Run(fmt.Sprintf("%gx", load), func(t *testing.T) {
-			var overran []float64
-			for seed := uint64(1); seed <= 3; seed++ {
-				synctest.Test(t, func(t *testing.T) {
-					lim, be := newLimitedBackend(t, "ps", c, s, backend.TwoMethods, seed)
-					rate := float64(c) / s.Seconds()
-					p := runLoad(t, lim, be, s, load*rate, 6*time.Second, seed).Phase(0, time.Second)
-					overran = append(overran, float64(p.Deadline)/float64(p.Calls))
-					t.Logf("seed %d: goodput %.3f of ideal, p99 %.2f·S, %.2f %% overran", seed, p.Goodput/rate, float64(p.P99)/float64(s), 100*overran[len(overran)-1])
-				})
-			}
-			slices.Sort(overran)
-			assert.LessOrEqual(t, overran[1], 0.0025, "median share of calls over their deadline")
-		})
-	}
-}
