@@ -149,7 +149,9 @@ func (l *little) Update(s Sample) int {
 		if s.Outcome == Dropped || float64(s.RTT) > (1+medianMargin)*float64(l.bMedian) {
 			l.win.slow++
 		}
-		if l.win.add(s, l.need) || l.win.opened.After(l.cutAt) && l.win.overran(l.need) {
+		// Mostly drops close it early: calls granted before it opened tell
+		// of overload too, and waiting for one of its own takes a deadline.
+		if l.win.add(s, l.need) || l.win.opened.After(l.cutAt) && l.win.n >= l.need && l.win.mostlyDropped() {
 			l.closeLocked(s.At)
 		}
 	}
@@ -320,10 +322,7 @@ func (l *little) probeLocked(s Sample) {
 	// The cohort's calls; without a Limiter, those granted since the probe
 	// began and, once collecting, before its admission ended.
 	start := s.At.Add(-s.RTT)
-	mine := !start.Before(l.probeFrom) && s.cohort
-	if l.grants == 0 {
-		mine = !start.Before(l.probeFrom) && (l.phase == probing || !start.After(l.probeTo))
-	}
+	mine := !start.Before(l.probeFrom) && (s.cohort || l.grants == 0 && (l.phase == probing || !start.After(l.probeTo)))
 	if l.b == 0 {
 		// The start's slow start: a backoff per drop, one more per success
 		// whose grant found the limit half full and (HyStart's exit) whose

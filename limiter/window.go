@@ -16,13 +16,6 @@ func (w *window) add(s Sample, minSamples int) bool {
 	return w.ready && w.n >= minSamples
 }
 
-// overran reports whether most of w's calls, minSamples at least, were
-// dropped: calls granted before it opened tell of overload too, and
-// waiting for one of its own would take a deadline.
-func (w *window) overran(minSamples int) bool {
-	return w.n >= minSamples && w.mostlyDropped()
-}
-
 // skip records s, timed and Ignored, and reports whether w is complete with
 // calls that told nothing.
 func (w *window) skip(s Sample, minSamples int, mostly bool) bool {
