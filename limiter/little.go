@@ -217,15 +217,13 @@ func (l *little) closeLocked(at time.Time) {
 	if l.limit < before {
 		l.cutAt = at
 	}
-	// Round trips in a row that held nothing back and read b to (1+t)·b, as
-	// many calls as the largest probe, confirm b: the start met no queue.
+	// Light round trips that read b confirm it: the start met no queue.
 	if !reached && r <= (1+t)*b && r >= b && rt.drops == 0 {
 		l.agreeing += rt.n
 	} else {
 		l.agreeing = 0
 	}
 	l.unconfirmed = l.unconfirmed && l.agreeing < maxProbeCalls
-	// A full limit probes when b is old, the limit halved or a late round trip doubts b.
 	old := at.Sub(l.bAt) >= max(probeEvery, probeAge*l.b)
 	if full && (old || l.limit <= l.probedAt/2 || late && (l.unconfirmed || l.nb < float64(l.need)/2)) {
 		depth := probeDepth * c
